@@ -1,0 +1,22 @@
+"""The exceptions einslice raises: one base type, one for memory limits."""
+
+from __future__ import annotations
+
+
+class EinsliceError(ValueError):
+    """Bad input to einslice: the message says what was wrong and how to fix it."""
+
+
+class MemoryLimitError(EinsliceError):
+    """No plan fits ``memory_limit``.
+
+    Attributes:
+        smallest_limit: the smallest feasible limit in bytes (the peak memory of
+            the most frugal plan found).
+        flops: the FLOP count of the contraction.
+    """
+
+    def __init__(self, message: str, smallest_limit: int, flops: int = 0):
+        super().__init__(message)
+        self.smallest_limit = smallest_limit
+        self.flops = flops
