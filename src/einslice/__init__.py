@@ -1,0 +1,30 @@
+"""einslice: any einsum in JAX, fast and inside a memory budget.
+
+Example:
+    >>> import jax.numpy as jnp, einslice
+    >>> A = jnp.ones((8, 8))
+    >>> einslice.einsum("ij,jk->ik", A, A, memory_limit="1MB").shape
+    (8, 8)
+"""
+
+from ._api import einsum as einsum
+from ._api import log_einsum as log_einsum
+from ._api import max_einsum as max_einsum
+from ._api import naive_einsum as naive_einsum
+from ._api import plan as plan
+from ._errors import EinsliceError as EinsliceError
+from ._errors import MemoryLimitError as MemoryLimitError
+from ._plan._memory import parse_memory_limit as parse_memory_limit
+from ._plan._types import Plan as Plan
+
+__all__ = [
+    "EinsliceError",
+    "MemoryLimitError",
+    "Plan",
+    "einsum",
+    "log_einsum",
+    "max_einsum",
+    "naive_einsum",
+    "parse_memory_limit",
+    "plan",
+]
