@@ -1,0 +1,386 @@
+"""The public entry points: einsum, plan, naive_einsum; plan cache; jit boundary."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import lru_cache, partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ._errors import EinsliceError
+from ._exec import _semiring
+from ._exec._jvp import contract
+from ._exec._semiring import Config
+from ._exec._step import take_diagonals
+from ._plan._equation import (
+    Spec,
+    build_equation,
+    parse_interleaved,
+    parse_subscripts,
+)
+from ._plan._memory import parse_memory_limit
+from ._plan._order import optimize_key
+from ._plan._planner import make_plan
+from ._plan._types import SEMIRINGS, Plan
+
+# Share of the device's free memory taken as the default memory_limit: on a GPU
+# 80% of the free device memory (XLA needs some for itself); on a CPU 50% of
+# the available RAM (the rest is left to the inputs, outputs and other work).
+GPU_DEFAULT_FRACTION = 0.8
+CPU_DEFAULT_FRACTION = 0.5
+
+
+def einsum(
+    subscripts,
+    /,
+    *operands,
+    out: None = None,
+    memory_limit: int | str | None = None,
+    optimize: object = "auto",
+    precision=None,
+    preferred_element_type=None,
+    semiring: str = "sum",
+    _dot_general=None,
+) -> jax.Array:
+    """Evaluate an einsum like ``jnp.einsum``, within a memory limit.
+
+    Args:
+        subscripts: ``"ij,jk->ik"``; or the first operand of the interleaved
+            form ``einsum(A, [0, 1], B, [1, 2], [0, 2])``.
+        *operands: the arrays (and, interleaved, their index lists).
+        out: unsupported, as in ``jnp.einsum``; must be None.
+        memory_limit: bytes (int) or a string like ``"512MB"`` or ``"4GiB"``
+            bounding the compiled program's temporary memory (inputs and output
+            excluded); None takes a default from the device (see
+            ``default_memory_limit``).
+        optimize: path search: ``"auto"``, ``"greedy"``, ``"optimal"``,
+            ``"dp"``, ``True``, ``False`` (left to right), an explicit path,
+            or a path optimizer object such as ``cotengra.HyperOptimizer()``.
+        precision: passed to every ``lax.dot_general``.
+        preferred_element_type: accumulation and result dtype, as in jnp.
+        semiring: ``"sum"``; ``"log"`` (operands are logs: log Σ exp Σ);
+            ``"max"`` (max-plus: max Σ).
+
+    Returns:
+        What ``jnp.einsum`` returns for the same arguments (for "sum").
+
+    Raises:
+        EinsliceError: malformed subscripts, wrong operand count, mismatched
+            sizes, bad options.
+        MemoryLimitError: no plan fits ``memory_limit``; the message and
+            ``.smallest_limit`` state the smallest limit that does.
+
+    Example:
+        >>> import jax.numpy as jnp, einslice
+        >>> x = jnp.arange(6.0).reshape(2, 3)
+        >>> einslice.einsum("ij,ij->i", x, x, memory_limit="1MB")
+        Array([ 5., 50.], dtype=float32)
+    """
+    if out is not None:
+        raise EinsliceError(
+            "einsum's out= argument is not supported (JAX arrays are immutable); "
+            "use the returned array."
+        )
+    del _dot_general  # jnp.einsum's private hook; einslice plans its own steps
+    arrays, spec = _split(subscripts, operands)
+    p = _plan(spec, arrays, memory_limit, optimize, semiring, preferred_element_type)
+    return execute_plan(p, arrays, precision, preferred_element_type)
+
+
+def log_einsum(subscripts, /, *operands, **kwargs) -> jax.Array:
+    """``einsum(..., semiring="log")``: log Σ exp(Σ operands) over summed indices.
+
+    Example:
+        >>> import jax.numpy as jnp, einslice
+        >>> float(einslice.log_einsum("i,i->", jnp.zeros(4), jnp.zeros(4)))
+        1.3862943649291992
+    """
+    return einsum(subscripts, *operands, semiring="log", **kwargs)
+
+
+def max_einsum(subscripts, /, *operands, **kwargs) -> jax.Array:
+    """``einsum(..., semiring="max")``: max Σ operands over summed indices.
+
+    Example:
+        >>> import jax.numpy as jnp, einslice
+        >>> float(einslice.max_einsum("i,i->", jnp.arange(3.0), jnp.ones(3)))
+        3.0
+    """
+    return einsum(subscripts, *operands, semiring="max", **kwargs)
+
+
+def plan(
+    subscripts,
+    /,
+    *operands,
+    memory_limit: int | str | None = None,
+    optimize: object = "auto",
+    semiring: str = "sum",
+    dtype=None,
+    preferred_element_type=None,
+) -> Plan:
+    """Plan an einsum without running it; call the plan to run it.
+
+    Args:
+        subscripts: as for ``einsum`` (string or interleaved form).
+        *operands: arrays, ``jax.ShapeDtypeStruct`` s, or shape tuples.
+        memory_limit, optimize, semiring, preferred_element_type: as for
+            ``einsum``.
+        dtype: the dtype of operands given as shape tuples (default float32).
+
+    Returns:
+        A Plan: ``.path``, ``.sliced``, ``.flops``, ``.naive_flops``,
+        ``.peak_bytes``; ``str(plan)`` reports it; ``plan(*arrays)`` runs it.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (64, 64), (64, 64), memory_limit="1MB")
+        >>> p.flops
+        524288
+    """
+    if isinstance(subscripts, str):
+        items = list(operands)
+    else:
+        items, spec_args = _interleaved_shapes(subscripts, operands)
+        del spec_args
+    arrays = [_as_struct(x, dtype, k) for k, x in enumerate(items)]
+    if isinstance(subscripts, str):
+        spec = parse_subscripts(subscripts, len(arrays))
+    else:
+        _, spec = parse_interleaved([subscripts, *operands])
+    return _plan(spec, arrays, memory_limit, optimize, semiring, preferred_element_type)
+
+
+def execute_plan(
+    p: Plan, operands: Sequence, precision=None, preferred_element_type=None
+) -> jax.Array:
+    """Run a plan on operands of the shapes it was made for."""
+    shapes = tuple(tuple(np.shape(x)) for x in operands)
+    if shapes != p.equation.shapes:
+        raise EinsliceError(
+            f"this plan was made for shapes {list(p.equation.shapes)} but got "
+            f"{list(shapes)}; make a new plan with einslice.plan(...) for these "
+            "shapes."
+        )
+    config = Config(precision=precision, preferred_element_type=preferred_element_type)
+    return _run(p, config, *operands)
+
+
+@partial(jax.jit, static_argnums=(0, 1), inline=True)
+def _run(p: Plan, config: Config, *operands) -> jax.Array:
+    dtype = jnp.dtype(p.dtype)
+    arrays = []
+    for x, drop in zip(operands, p.equation.squeezed, strict=True):
+        x = jnp.asarray(x).astype(dtype)
+        arrays.append(lax.squeeze(x, drop) if drop else x)
+    with jax.named_scope(f"einslice[{p.equation.text()}]"):
+        return contract(p, config, *arrays)
+
+
+def _plan(spec: Spec, arrays, memory_limit, optimize, semiring, pet) -> Plan:
+    if semiring not in SEMIRINGS:
+        raise EinsliceError(
+            f"semiring={semiring!r} is not one of {list(SEMIRINGS)}; 'sum' is the "
+            "ordinary einsum, 'log' works on log-values, 'max' is max-plus."
+        )
+    shapes = tuple(tuple(int(d) for d in np.shape(x)) for x in arrays)
+    equation = build_equation(spec, shapes)
+    dtype = _compute_dtype(arrays, semiring)
+    itemsize = max(dtype.itemsize, jnp.dtype(pet).itemsize if pet else 0)
+    limit = (
+        default_memory_limit()
+        if memory_limit is None
+        else parse_memory_limit(memory_limit)
+    )
+    return _cached_plan(
+        equation,
+        itemsize,
+        dtype.name,
+        limit,
+        optimize_key(optimize),
+        optimize,
+        semiring,
+    )
+
+
+@lru_cache(maxsize=1024)
+def _plan_cache(equation, itemsize, dtype, limit, key, semiring, holder) -> Plan:
+    return make_plan(equation, itemsize, dtype, limit, holder.optimize, semiring)
+
+
+class _Holder:
+    """Carries an unhashable optimize value past the cache, keyed by its key."""
+
+    __slots__ = ("key", "optimize")
+
+    def __init__(self, key, optimize):
+        self.key, self.optimize = key, optimize
+
+    def __hash__(self):
+        return hash(self.key) if _hashable(self.key) else id(self.optimize)
+
+    def __eq__(self, other):
+        return isinstance(other, _Holder) and (
+            self.key == other.key
+            if _hashable(self.key)
+            else self.optimize is other.optimize
+        )
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
+
+
+def _cached_plan(equation, itemsize, dtype, limit, key, optimize, semiring) -> Plan:
+    holder = _Holder(key, optimize if not isinstance(optimize, list) else key[1])
+    if isinstance(optimize, list | tuple):
+        holder.optimize = key[1]
+    return _plan_cache(equation, itemsize, dtype, limit, None, semiring, holder)
+
+
+def _compute_dtype(arrays, semiring: str) -> np.dtype:
+    dtype = jnp.result_type(*arrays) if arrays else jnp.dtype(jnp.float32)
+    if semiring != "sum" and not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(dtype, jnp.float32)
+    return np.dtype(dtype)
+
+
+def _split(subscripts, operands) -> tuple[list, Spec]:
+    if isinstance(subscripts, str):
+        arrays = [_as_array(x, k) for k, x in enumerate(operands)]
+        return arrays, parse_subscripts(subscripts, len(arrays))
+    items, spec = parse_interleaved([subscripts, *operands])
+    return [_as_array(x, k) for k, x in enumerate(items)], spec
+
+
+def _interleaved_shapes(first, rest):
+    items, spec = parse_interleaved([first, *rest])
+    return items, spec
+
+
+def _as_array(x, k: int):
+    if isinstance(x, jax.Array | np.ndarray) or hasattr(x, "__jax_array__"):
+        return x
+    if isinstance(x, int | float | complex | bool | np.generic):
+        return jnp.asarray(x)
+    try:
+        return jnp.asarray(x)
+    except TypeError as error:
+        raise EinsliceError(
+            f"operand {k} is a {type(x).__name__}, not an array; pass arrays "
+            f"(or, interleaved, array, index list, ...). ({error})"
+        ) from None
+
+
+def _as_struct(x, dtype, k: int):
+    if isinstance(x, tuple | list) and all(isinstance(d, int | np.integer) for d in x):
+        return jax.ShapeDtypeStruct(tuple(int(d) for d in x), dtype or jnp.float32)
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x
+    return _as_array(x, k)
+
+
+@lru_cache(maxsize=None)
+def default_memory_limit() -> int:
+    """The memory_limit used when None is given, fixed at first use per process.
+
+    On a GPU or TPU: ``GPU_DEFAULT_FRACTION`` of the first device's free memory.
+    On a CPU: ``CPU_DEFAULT_FRACTION`` of the available RAM.
+    """
+    device = jax.devices()[0]
+    stats = None
+    if device.platform != "cpu":
+        try:
+            stats = device.memory_stats()
+        except Exception:  # some backends have no memory stats
+            stats = None
+    if stats and "bytes_limit" in stats:
+        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+        return max(int(GPU_DEFAULT_FRACTION * free), 1)
+    return max(int(CPU_DEFAULT_FRACTION * _available_ram()), 1)
+
+
+def _available_ram() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def naive_einsum(subscripts, /, *operands, semiring: str = "sum") -> jax.Array:
+    """The loop-nest einsum: vmap over output indices, scan over summed ones.
+
+    Builds no intermediate at all (the seed's ``vmap_einsum`` for any formula):
+    the zero-memory reference, and a baseline for benchmarks.
+
+    Example:
+        >>> import jax.numpy as jnp, einslice
+        >>> x = jnp.arange(6.0).reshape(2, 3)
+        >>> einslice.naive_einsum("ij,ij->i", x, x)
+        Array([ 5., 50.], dtype=float32)
+    """
+    arrays, spec = _split(subscripts, operands)
+    if semiring not in SEMIRINGS:
+        raise EinsliceError(f"semiring={semiring!r} is not one of {list(SEMIRINGS)}.")
+    shapes = tuple(tuple(int(d) for d in np.shape(x)) for x in arrays)
+    eq = build_equation(spec, shapes)
+    dtype = _compute_dtype(arrays, semiring)
+    ops, terms = [], []
+    for x, term, drop in zip(arrays, eq.terms, eq.squeezed, strict=True):
+        x = jnp.asarray(x).astype(dtype)
+        x = lax.squeeze(x, drop) if drop else x
+        x, labels = take_diagonals(x, term)
+        ops.append(x)
+        terms.append(tuple(labels))
+    summed = [
+        i for i in dict.fromkeys(i for t in terms for i in t) if i not in eq.output
+    ]
+    return _naive(
+        semiring, tuple(terms), tuple(eq.output), tuple(summed), eq.sizes, *ops
+    )
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
+def _naive(semiring, terms, out_indices, summed, sizes, *ops):
+    def loop(ops, terms, out_indices, summed):
+        if out_indices:
+            index, rest = out_indices[0], out_indices[1:]
+            axes = tuple(t.index(index) if index in t else None for t in terms)
+            inner_terms = tuple(tuple(i for i in t if i != index) for t in terms)
+            return jax.vmap(
+                lambda *o: loop(o, inner_terms, rest, summed), in_axes=axes
+            )(*ops)
+        if summed:
+            index, rest = summed[0], summed[1:]
+            inner_terms = tuple(tuple(i for i in t if i != index) for t in terms)
+
+            def body(acc, position):
+                sliced = [
+                    lax.dynamic_index_in_dim(x, position, t.index(index), False)
+                    if index in t
+                    else x
+                    for x, t in zip(ops, terms, strict=True)
+                ]
+                value = loop(sliced, inner_terms, (), rest)
+                return _semiring.combine(semiring, acc, value), None
+
+            init = _semiring.zero(semiring, ops[0].dtype if ops else jnp.float32)
+            return lax.scan(body, init, jnp.arange(sizes[index]))[0]
+        value = ops[0]
+        for x in ops[1:]:
+            value = value * x if semiring == "sum" else value + x
+        return value
+
+    return loop(ops, terms, out_indices, summed)

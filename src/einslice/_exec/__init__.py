@@ -1,0 +1,1 @@
+"""JAX execution of plans: semirings, pairwise steps, chunk scans, derivatives."""

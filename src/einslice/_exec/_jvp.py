@@ -1,0 +1,117 @@
+"""The contraction as one differentiable function with a memory-bounded JVP.
+
+Plain autodiff through ``lax.scan`` stores a residual per chunk, so the
+derivative would blow the budget. Instead the JVP rule runs a second sweep
+over the chunks (with the plan's ``tangent_chunks``, sized for the derivative
+pass), pushing tangents through each chunk with ``jax.jvp``. Its body is
+checkpointed, so when JAX transposes it for reverse mode (grad, vjp) each
+chunk's forward is recomputed rather than stored: only loop indices and the
+(loop-invariant) operands are kept. Being plain JAX, the rule is itself
+differentiable, which gives higher-order derivatives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .._plan._types import Plan
+from . import _semiring
+from ._scan import chunk_body, sweep
+from ._semiring import Config
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def contract(plan: Plan, config: Config, *operands: jax.Array) -> jax.Array:
+    """Run ``plan`` on prepared operands (squeezed, in the compute dtype)."""
+    return forward(plan, config, operands)
+
+
+def forward(plan: Plan, config: Config, operands: Sequence[jax.Array]) -> jax.Array:
+    """The forward sweep: combine each chunk's block in the semiring."""
+    chunks = dict(plan.chunks)
+    semiring = plan.semiring
+    dtype = _out_dtype(plan, config, operands)
+
+    def init(shape, _starts):
+        return jnp.full(shape, _semiring.zero(semiring, dtype))
+
+    def step(acc, starts, valid):
+        block = chunk_body(plan, chunks, operands, starts, valid, config)
+        return _semiring.combine(semiring, acc, block.astype(dtype))
+
+    if not chunks:
+        return chunk_body(plan, chunks, operands, {}, {}, config).astype(dtype)
+    return sweep(plan, chunks, dtype, init, step, lambda acc, _: acc)
+
+
+@contract.defjvp
+def _contract_jvp(plan: Plan, config: Config, primals, tangents):
+    out = contract(plan, config, *primals)
+    return out, tangent_sweep(plan, config, primals, tangents, out)
+
+
+def tangent_sweep(
+    plan: Plan,
+    config: Config,
+    primals: Sequence[jax.Array],
+    tangents: Sequence[jax.Array],
+    out: jax.Array,
+) -> jax.Array:
+    """The output tangent, one chunk at a time.
+
+    "sum" adds the chunks' tangents; "log" weights each by its share of the
+    total, exp(chunk − out); "max" takes the tangent of the first chunk that
+    attains the maximum.
+    """
+    chunks = dict(plan.tangent_chunks)
+    semiring = plan.semiring
+    eq = plan.equation
+
+    def chunk_jvp(starts, valid):
+        def body(*ops):
+            return chunk_body(plan, chunks, ops, starts, valid, config)
+
+        value, tangent = jax.jvp(body, tuple(primals), tuple(tangents))
+        return value.astype(out.dtype), tangent.astype(out.dtype)
+
+    def out_block(starts):
+        if not any(i in eq.output for i in chunks):
+            return out
+        where = [starts.get(i, 0) for i in eq.output]
+        shape = [chunks.get(i, eq.sizes[i]) for i in eq.output]
+        return lax.dynamic_slice(out, where, shape)
+
+    def init(shape, _starts):
+        tangent = jnp.zeros(shape, out.dtype)
+        return (tangent, jnp.zeros(shape, bool)) if semiring == "max" else tangent
+
+    def step(carry, starts, valid):
+        value, tangent = chunk_jvp(starts, valid)
+        if semiring == "sum":
+            return carry + tangent
+        total = out_block(starts)
+        if semiring == "log":
+            finite = jnp.isfinite(total)
+            weight = jnp.exp(value - jnp.where(finite, total, 0))
+            return carry + jnp.where(finite, weight, 0) * tangent
+        acc, taken = carry
+        hit = (value == total) & ~taken
+        return acc + jnp.where(hit, tangent, 0), taken | hit
+
+    def finish(carry, _starts):
+        return carry[0] if semiring == "max" else carry
+
+    if not chunks:
+        return finish(step(init(out.shape, {}), {}, {}), {})
+    return sweep(plan, chunks, out.dtype, init, step, finish, checkpoint=True)
+
+
+def _out_dtype(plan: Plan, config: Config, operands: Sequence[jax.Array]):
+    if config.preferred_element_type is not None:
+        return jnp.dtype(config.preferred_element_type)
+    return jnp.result_type(*operands) if operands else jnp.float32

@@ -1,0 +1,154 @@
+"""Run a plan's chunks inside one traced program: ``lax.scan`` over the chunks.
+
+Summed sliced indices are looped by an inner scan that combines each chunk
+into an accumulator of one output block; output sliced indices by an outer
+scan that writes each finished block in place. A chunk size that does not
+divide its index is handled by clamping the last chunk's start (so it stays
+in bounds) and masking the entries an earlier chunk already covered; output
+blocks need no mask, since rewriting the same values is harmless.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from math import prod
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .._plan._types import Plan
+from . import _semiring
+from ._semiring import Config
+from ._step import run_step, take_diagonals
+
+Starts = dict[int, jax.Array]
+Valid = dict[int, jax.Array]
+
+
+def chunk_body(
+    plan: Plan,
+    chunks: dict[int, int],
+    operands: Sequence[jax.Array],
+    starts: Starts,
+    valid: Valid,
+    config: Config,
+) -> jax.Array:
+    """One chunk's contribution: one output block, in output index order."""
+    eq = plan.equation
+    semiring = plan.semiring
+    owners = {i: next(k for k, t in enumerate(eq.terms) if i in t) for i in valid}
+    nodes: list[jax.Array] = []
+    for k, (x, term) in enumerate(zip(operands, eq.terms, strict=True)):
+        for axis, index in enumerate(term):
+            if index in chunks:
+                x = lax.dynamic_slice_in_dim(x, starts[index], chunks[index], axis)
+        x, labels = take_diagonals(x, term)
+        for index, mask in valid.items():
+            if owners[index] == k:
+                axis = labels.index(index)
+                shape = [1] * x.ndim
+                shape[axis] = mask.shape[0]
+                x = jnp.where(mask.reshape(shape), x, _semiring.zero(semiring, x.dtype))
+        private = [a for a, i in enumerate(labels) if i not in plan.prepared[k]]
+        nodes.append(_semiring.reduce(semiring, x, private))
+    terms = plan.node_terms()
+    for step in plan.steps:
+        nodes.append(
+            run_step(
+                semiring,
+                step,
+                nodes[step.left],
+                terms[step.left],
+                nodes[step.right],
+                terms[step.right],
+                config,
+            )
+        )
+    result, term = nodes[-1], terms[len(nodes) - 1]
+    order = [term.index(i) for i in eq.output]
+    return jnp.transpose(result, order) if order != sorted(order) else result
+
+
+def chunk_grid(
+    sizes: Sequence[int],
+    chunks: dict[int, int],
+    indices: Sequence[int],
+    t: jax.Array,
+) -> tuple[Starts, Valid]:
+    """Start of chunk number ``t`` of a grid over ``indices``, and masks.
+
+    The last chunk of an index whose size its chunk does not divide starts
+    early (clamped) so it stays in bounds; its mask is False where the
+    previous chunk already covered.
+    """
+    starts: Starts = {}
+    valid: Valid = {}
+    for index in reversed(indices):
+        size, chunk = sizes[index], chunks[index]
+        count = -(-size // chunk)
+        position = t % count
+        t = t // count
+        nominal = position * chunk
+        start = jnp.minimum(nominal, size - chunk)
+        starts[index] = start
+        if size % chunk:
+            valid[index] = start + jnp.arange(chunk) >= nominal
+    return starts, valid
+
+
+Init = Callable[[tuple[int, ...], Starts], object]
+Step = Callable[[object, Starts, Valid], object]
+Finish = Callable[[object, Starts], jax.Array]
+
+
+def sweep(
+    plan: Plan,
+    chunks: dict[int, int],
+    out_dtype,
+    init: Init,
+    step: Step,
+    finish: Finish,
+    checkpoint: bool = False,
+) -> jax.Array:
+    """Loop ``step`` over all chunks and assemble the full output.
+
+    For each output block: ``init`` makes a carry, ``step`` folds in each
+    summed chunk, ``finish`` turns the carry into the block.
+    """
+    eq = plan.equation
+    sizes = eq.sizes
+    out_indices = [i for i in chunks if i in eq.output]
+    sum_indices = [i for i in chunks if i not in eq.output]
+    block_shape = tuple(chunks.get(i, sizes[i]) for i in eq.output)
+
+    def count(indices: Sequence[int]) -> int:
+        return prod(-(-sizes[i] // chunks[i]) for i in indices)
+
+    def block(out_starts: Starts) -> jax.Array:
+        carry = init(block_shape, out_starts)
+        if not sum_indices:
+            return finish(step(carry, out_starts, {}), out_starts)
+
+        def body(carry, t):
+            starts, valid = chunk_grid(sizes, chunks, sum_indices, t)
+            return step(carry, {**out_starts, **starts}, valid), None
+
+        if checkpoint:
+            body = jax.checkpoint(body)
+        carry, _ = lax.scan(body, carry, jnp.arange(count(sum_indices)))
+        return finish(carry, out_starts)
+
+    if not out_indices:
+        return block({})
+
+    def outer(out, t):
+        starts, _ = chunk_grid(sizes, chunks, out_indices, t)
+        where = [starts.get(i, jnp.zeros((), jnp.int32)) for i in eq.output]
+        return lax.dynamic_update_slice(out, block(starts), where), None
+
+    if checkpoint:
+        outer = jax.checkpoint(outer)
+    full = jnp.zeros(tuple(sizes[i] for i in eq.output), out_dtype)
+    out, _ = lax.scan(outer, full, jnp.arange(count(out_indices)))
+    return out

@@ -1,0 +1,181 @@
+"""The three semirings: how to multiply pairs, sum out axes and combine chunks.
+
+"sum" is the ordinary einsum. "log" works on log-values: products are sums and
+sums are log-sum-exp, computed on the matrix unit by shifting each side by its
+max over the contracted axes, exponentiating, ``dot_general``, log, and adding
+the shifts back. "max" is max-plus (tropical): products are sums, sums are max.
+Every log-space rule is written so that all ``-inf`` input gives ``-inf`` out,
+and a zero (not NaN) derivative.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+DimensionNumbers = tuple[
+    tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
+]
+
+
+@dataclass(frozen=True)
+class Config:
+    """Per-call execution options passed through to ``dot_general``."""
+
+    precision: object = None
+    preferred_element_type: object = None
+
+
+def zero(semiring: str, dtype) -> jax.Array:
+    """The semiring's additive identity: 0, or -inf in log and max."""
+    return jnp.array(0 if semiring == "sum" else -jnp.inf, dtype)
+
+
+def combine(semiring: str, acc: jax.Array, x: jax.Array) -> jax.Array:
+    """Add two partial results (chunks) in the semiring."""
+    if semiring == "sum":
+        return acc + x
+    if semiring == "log":
+        return jnp.logaddexp(acc, x)
+    return jnp.maximum(acc, x)
+
+
+def reduce(semiring: str, x: jax.Array, axes: Sequence[int]) -> jax.Array:
+    """Sum out ``axes`` in the semiring."""
+    axes = tuple(axes)
+    if not axes:
+        return x
+    if semiring == "sum":
+        return jnp.sum(x, axis=axes, dtype=x.dtype)
+    if semiring == "log":
+        return log_sum(x, axes)
+    return jnp.max(x, axis=axes)
+
+
+def _safe_shift(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """Max over ``axes`` (kept), with non-finite maxima replaced by 0."""
+    shift = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
+    return jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """log Σ exp(x) over ``axes``: -inf for all -inf, and NaN-free derivatives."""
+    shift = _safe_shift(x, axes)
+    total = jnp.sum(jnp.exp(x - shift), axis=axes)
+    return jnp.log(total) + jnp.squeeze(shift, axes)
+
+
+@log_sum.defjvp
+def _log_sum_jvp(axes, primals, tangents):
+    (x,), (tx,) = primals, tangents
+    shift = _safe_shift(x, axes)
+    weights = jnp.exp(x - shift)
+    total = jnp.sum(weights, axis=axes)
+    out = jnp.log(total) + jnp.squeeze(shift, axes)
+    safe = jnp.where(total > 0, total, jnp.ones_like(total))
+    return out, jnp.sum(weights * tx, axis=axes) / safe
+
+
+def pair(
+    semiring: str,
+    left: jax.Array,
+    right: jax.Array,
+    dims: DimensionNumbers,
+    config: Config,
+) -> jax.Array:
+    """One pairwise step with ``dot_general`` dimension numbers, in the semiring.
+
+    The result's axes are ordered as ``dot_general`` orders them: batch, left
+    free, right free.
+    """
+    (left_c, right_c), _ = dims
+    if semiring == "sum":
+        if not left_c:
+            return _outer(jnp.multiply, left, right, dims)
+        return lax.dot_general(
+            left,
+            right,
+            dims,
+            precision=config.precision,  # type: ignore[arg-type]
+            preferred_element_type=config.preferred_element_type,  # type: ignore[arg-type]
+        )
+    if not left_c:
+        return _outer(jnp.add, left, right, dims)
+    if semiring == "log":
+        return log_dot(left, right, dims, config.precision)
+    return _max_plus(left, right, dims)
+
+
+def _outer(op, left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.Array:
+    """An elementwise step (nothing contracted), laid out as dot_general would."""
+    (_, _), (left_b, right_b) = dims
+    left_free = [a for a in range(left.ndim) if a not in left_b]
+    right_free = [a for a in range(right.ndim) if a not in right_b]
+    n_b, n_l, n_r = len(left_b), len(left_free), len(right_free)
+    lhs = jnp.transpose(left, (*left_b, *left_free))
+    rhs = jnp.transpose(right, (*right_b, *right_free))
+    lhs = lhs.reshape(lhs.shape + (1,) * n_r)
+    rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
+    return op(lhs, rhs)
+
+
+def _max_plus(left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.Array:
+    """max over contracted axes of left + right (materializes their union)."""
+    (left_c, right_c), (left_b, right_b) = dims
+    left_free = [a for a in range(left.ndim) if a not in left_b and a not in left_c]
+    right_free = [a for a in range(right.ndim) if a not in right_b and a not in right_c]
+    n_b, n_l, n_r, n_c = len(left_b), len(left_free), len(right_free), len(left_c)
+    lhs = jnp.transpose(left, (*left_b, *left_free, *left_c))
+    rhs = jnp.transpose(right, (*right_b, *right_free, *right_c))
+    lhs = lhs.reshape(lhs.shape[: n_b + n_l] + (1,) * n_r + lhs.shape[n_b + n_l :])
+    rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
+    total = lhs + rhs
+    return jnp.max(total, axis=tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)))
+
+
+def _log_dot_parts(left, right, dims, precision):
+    (left_c, right_c), _ = dims
+    shift_l = _safe_shift(left, tuple(left_c))
+    shift_r = _safe_shift(right, tuple(right_c))
+    exp_l, exp_r = jnp.exp(left - shift_l), jnp.exp(right - shift_r)
+    total = lax.dot_general(exp_l, exp_r, dims, precision=precision)
+    shift = _result_shift(shift_l, shift_r, dims)
+    return exp_l, exp_r, total, shift
+
+
+def _result_shift(shift_l, shift_r, dims: DimensionNumbers) -> jax.Array:
+    """Lay the two shifts out in dot_general's result order and add them."""
+    (left_c, right_c), (left_b, right_b) = dims
+    sq_l = jnp.squeeze(shift_l, tuple(left_c))
+    sq_r = jnp.squeeze(shift_r, tuple(right_c))
+    kept_l = [a for a in range(shift_l.ndim) if a not in left_c]
+    kept_r = [a for a in range(shift_r.ndim) if a not in right_c]
+    batch_l = tuple(kept_l.index(a) for a in left_b)
+    batch_r = tuple(kept_r.index(a) for a in right_b)
+    return _outer(jnp.add, sq_l, sq_r, (((), ()), (batch_l, batch_r)))
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
+def log_dot(left, right, dims: DimensionNumbers, precision) -> jax.Array:
+    """log-sum-exp contraction on the matrix unit (see the module docstring)."""
+    _, _, total, shift = _log_dot_parts(left, right, dims, precision)
+    return jnp.log(total) + shift
+
+
+@log_dot.defjvp
+def _log_dot_jvp(dims, precision, primals, tangents):
+    (left, right), (t_left, t_right) = primals, tangents
+    exp_l, exp_r, total, shift = _log_dot_parts(left, right, dims, precision)
+    out = jnp.log(total) + shift
+    safe = jnp.where(total > 0, total, jnp.ones_like(total))
+    tangent = lax.dot_general(exp_l * t_left, exp_r, dims, precision=precision)
+    tangent = tangent + lax.dot_general(
+        exp_l, exp_r * t_right, dims, precision=precision
+    )
+    return out, tangent / safe

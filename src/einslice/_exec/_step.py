@@ -1,0 +1,68 @@
+"""One chunk's operands and steps: diagonals, private sums, pairwise products."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from .._plan._types import Step
+from . import _semiring
+from ._semiring import Config
+
+
+def take_diagonals(x: jax.Array, term: Sequence[int]) -> tuple[jax.Array, list[int]]:
+    """Collapse repeated indices of one operand onto their diagonal.
+
+    Returns the array and its indices (unique, in order of first appearance).
+    """
+    labels = list(term)
+    while len(set(labels)) < len(labels):
+        label = next(lab for lab in labels if labels.count(lab) > 1)
+        first = labels.index(label)
+        second = labels.index(label, first + 1)
+        x = jnp.diagonal(x, axis1=first, axis2=second)
+        labels = [lab for a, lab in enumerate(labels) if a not in (first, second)]
+        labels.append(label)
+    unique = list(dict.fromkeys(term))
+    if labels != unique:
+        x = jnp.transpose(x, [labels.index(lab) for lab in unique])
+    return x, unique
+
+
+def run_step(
+    semiring: str,
+    step: Step,
+    left: jax.Array,
+    left_term: tuple[int, ...],
+    right: jax.Array,
+    right_term: tuple[int, ...],
+    config: Config,
+) -> jax.Array:
+    """Contract two nodes as one ``dot_general`` (or its semiring analogue)."""
+    keep = set(step.result) | set(step.contracted)
+    left, left_term = _drop(semiring, left, left_term, keep)
+    right, right_term = _drop(semiring, right, right_term, keep)
+    batch = [i for i in step.result if i in left_term and i in right_term]
+    dims = (
+        (
+            tuple(left_term.index(i) for i in step.contracted),
+            tuple(right_term.index(i) for i in step.contracted),
+        ),
+        (
+            tuple(left_term.index(i) for i in batch),
+            tuple(right_term.index(i) for i in batch),
+        ),
+    )
+    return _semiring.pair(semiring, left, right, dims, config)
+
+
+def _drop(
+    semiring: str, x: jax.Array, term: tuple[int, ...], keep: set[int]
+) -> tuple[jax.Array, tuple[int, ...]]:
+    """Sum out indices that neither the result nor the contraction needs."""
+    axes = [a for a, i in enumerate(term) if i not in keep]
+    if not axes:
+        return x, term
+    return _semiring.reduce(semiring, x, axes), tuple(i for i in term if i in keep)

@@ -1,0 +1,1 @@
+"""Pure-Python planning: parse an equation, pick a path and slices. No JAX here."""

@@ -1,0 +1,183 @@
+"""What a plan costs: FLOPs, predicted peak temporary bytes, and estimated time.
+
+The model walks one chunk's body as the executor runs it: slice each operand,
+take diagonals / pre-reduce, one ``dot_general`` per step, transpose into the
+output block, combine into the accumulator. Peak bytes count every buffer
+that can be alive at once (conservatively: XLA may copy both inputs of a
+``dot_general`` into its preferred layout). Time counts FLOPs plus memory
+traffic plus a per-chunk overhead, since a plan that moves n³ bytes through
+DRAM is slower than one doing the same FLOPs in cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from math import prod
+
+from ._types import Cost, Step
+
+# Time-model constants, in units of one FLOP. A byte through DRAM costs about
+# as much as a few FLOPs on a CPU or GPU; a byte in cache far less. A chunk of
+# a lax.scan costs a few microseconds of loop overhead.
+BYTE_COST_DRAM = 4.0
+BYTE_COST_CACHE = 0.25
+CACHE_BYTES = 2 * 2**20
+CHUNK_OVERHEAD = 2.0e5
+# A matrix multiply whose smallest side is small runs below peak speed.
+SMALL_GEMM_SIDE = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Body:
+    """The per-chunk program, as the cost model sees it."""
+
+    terms: tuple[tuple[int, ...], ...]  # operands as given (repeats kept)
+    prepared: tuple[tuple[int, ...], ...]  # after diagonal and pre-reduction
+    steps: tuple[Step, ...]
+    output: tuple[int, ...]
+    semiring: str
+
+
+def chunked_sizes(sizes: Sequence[int], chunks: dict[int, int]) -> list[int]:
+    """Sizes of every index within one chunk."""
+    return [chunks.get(i, s) for i, s in enumerate(sizes)]
+
+
+def n_chunks(sizes: Sequence[int], chunks: dict[int, int]) -> int:
+    """How many chunks a slicing makes (ceil division per sliced index)."""
+    return prod(-(-sizes[i] // c) for i, c in chunks.items())
+
+
+def _numel(term: Sequence[int], sizes: Sequence[int]) -> int:
+    return prod(sizes[i] for i in term)
+
+
+def _unique(term: Sequence[int]) -> tuple[int, ...]:
+    return tuple(dict.fromkeys(term))
+
+
+def step_flops(
+    step: Step, left: tuple[int, ...], right: tuple[int, ...], sizes: Sequence[int]
+) -> int:
+    """FLOPs of one pairwise step: 2 per multiply-add, 1 per product if none."""
+    union = _unique(left + right)
+    return _numel(union, sizes) * (2 if step.contracted else 1)
+
+
+def evaluate(
+    body: Body,
+    sizes: Sequence[int],
+    chunks: dict[int, int],
+    itemsize: int,
+    tangent: bool = False,
+) -> Cost:
+    """FLOPs, peak temporary bytes and estimated time of a sliced plan.
+
+    Args:
+        body: the per-chunk program.
+        sizes: full size of every index.
+        chunks: sliced index → chunk size.
+        itemsize: bytes per element.
+        tangent: cost the derivative pass (forward recomputed per chunk and
+            transposed) instead of the forward pass.
+    """
+    local = chunked_sizes(sizes, chunks)
+    count = n_chunks(sizes, chunks)
+    nodes = [*body.prepared, *(s.result for s in body.steps)]
+    n_ops = len(body.terms)
+
+    flops = 0
+    traffic = 0.0
+    live = 0
+    for term, prepared in zip(body.terms, body.prepared, strict=True):
+        sliced = any(i in chunks for i in term)
+        size_in = (
+            _numel(_unique(term), local)
+            if len(set(term)) < len(term)
+            else _numel(term, local)
+        )
+        if sliced:
+            live += size_in
+            traffic += _bytes_cost(2 * size_in * itemsize)
+        if prepared != _unique(term) or len(set(term)) < len(term):
+            live += _numel(prepared, local)
+            flops += _numel(term, local) if prepared != _unique(term) else 0
+            traffic += _bytes_cost((size_in + _numel(prepared, local)) * itemsize)
+    peak = live
+    made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
+    for s, step in enumerate(body.steps):
+        left, right = nodes[step.left], nodes[step.right]
+        size_l, size_r = _numel(left, local), _numel(right, local)
+        size_out = _numel(step.result, local)
+        flops += step_flops(step, left, right, local)
+        if body.semiring == "max" and step.contracted:
+            transient = _numel(_unique(left + right), local)
+        elif body.semiring == "log" and step.contracted:
+            transient = 2 * (size_l + size_r) + 2 * size_out
+        else:
+            transient = size_l + size_r
+        peak = max(peak, live + transient + size_out)
+        traffic += _bytes_cost((size_l + size_r + size_out) * itemsize)
+        traffic += _gemm_penalty(step, left, right, local)
+        live += (
+            size_out
+            - (size_l if made[step.left] else 0)
+            - (size_r if made[step.right] else 0)
+        )
+        del s
+    block = _numel(body.output, local)
+    out_full = _numel(body.output, sizes)
+    peak = max(peak, live + block)
+    summed_sliced = any(i not in body.output for i in chunks)
+    output_sliced = any(i in body.output for i in chunks)
+    peak += 2 * block if summed_sliced else 0
+    peak += out_full if output_sliced else 0
+    if tangent:
+        # The transposed body keeps the recomputed forward alive beside the
+        # cotangents of every node (about three bodies), and accumulates each
+        # operand's cotangent at full size.
+        peak = 3 * peak + 2 * sum(_numel(t, sizes) for t in body.prepared)
+    peak_bytes = int(peak * itemsize)
+    total_flops = flops * count
+    time = total_flops + traffic * count + CHUNK_OVERHEAD * (count if chunks else 0)
+    if tangent:
+        total_flops *= 3
+        time *= 3
+    return Cost(flops=int(total_flops), peak_bytes=peak_bytes, time=float(time))
+
+
+def _materialized(body: Body, k: int, chunks: dict[int, int]) -> bool:
+    """Whether prepared operand k is a temporary (sliced, diagonal or reduced)."""
+    term = body.terms[k]
+    return (
+        any(i in chunks for i in term)
+        or body.prepared[k] != _unique(term)
+        or len(set(term)) < len(term)
+    )
+
+
+def _bytes_cost(nbytes: float) -> float:
+    return nbytes * (BYTE_COST_CACHE if nbytes <= CACHE_BYTES else BYTE_COST_DRAM)
+
+
+def _gemm_penalty(
+    step: Step, left: tuple[int, ...], right: tuple[int, ...], sizes: Sequence[int]
+) -> float:
+    """Extra cost of a matrix multiply with a thin side (runs below peak)."""
+    if not step.contracted:
+        return 0.0
+    k = _numel(step.contracted, sizes)
+    m = _numel([i for i in left if i not in right], sizes)
+    n = _numel([i for i in right if i not in left], sizes)
+    batch = _numel([i for i in left if i in right and i not in step.contracted], sizes)
+    side = min(m, n, k)
+    if side >= SMALL_GEMM_SIDE:
+        return 0.0
+    return 2.0 * batch * m * n * k * (SMALL_GEMM_SIDE / max(side, 1) - 1) * 0.25
+
+
+def naive_flops(terms: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> int:
+    """FLOPs of the one-loop-nest contraction: one multiply per operand per point."""
+    every = _unique([i for t in terms for i in t])
+    return _numel(every, sizes) * max(len(terms), 1)

@@ -1,0 +1,250 @@
+"""Subscripts (string or interleaved) plus operand shapes → a validated Equation."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from functools import lru_cache
+
+from .._errors import EinsliceError
+from ._types import Equation
+
+Label = Hashable  # a character, an int from the interleaved form, or Ellipsis
+Spec = tuple[tuple[tuple[Label, ...], ...], tuple[Label, ...] | None]
+
+_RESERVED = set(",->.")
+
+
+def parse_subscripts(subscripts: str, n_operands: int) -> Spec:
+    """Split ``'ij,jk->ik'`` into per-operand label tuples and the output.
+
+    Whitespace is ignored; ``...`` becomes ``Ellipsis``; the output is ``None``
+    when the string has no ``->`` (implicit mode).
+
+    Example:
+        >>> parse_subscripts("ij,jk->ik", 2)
+        ((('i', 'j'), ('j', 'k')), ('i', 'k'))
+    """
+    text = "".join(subscripts.split())
+    if text.count("->") > 1:
+        raise EinsliceError(
+            f"subscripts {subscripts!r} contain '->' more than once; write one "
+            "output, e.g. 'ij,jk->ik'."
+        )
+    lhs, arrow, rhs = text.partition("->")
+    terms = tuple(_parse_term(t, subscripts) for t in lhs.split(","))
+    if len(terms) != n_operands:
+        raise EinsliceError(
+            f"subscripts {subscripts!r} name {len(terms)} operand(s) but "
+            f"{n_operands} operand(s) were given; pass one array per "
+            "comma-separated term."
+        )
+    output = _parse_term(rhs, subscripts) if arrow else None
+    return terms, output
+
+
+def _parse_term(term: str, subscripts: str) -> tuple[Label, ...]:
+    labels: list[Label] = []
+    pos = 0
+    while pos < len(term):
+        if term.startswith("...", pos):
+            labels.append(Ellipsis)
+            pos += 3
+            continue
+        char = term[pos]
+        if char in _RESERVED:
+            raise EinsliceError(
+                f"subscripts {subscripts!r} have a stray {char!r} in term "
+                f"{term!r}; indices are letters, '...' stands for broadcast axes, "
+                "',' separates operands and '->' starts the output."
+            )
+        labels.append(char)
+        pos += 1
+    return tuple(labels)
+
+
+def parse_interleaved(args: Sequence[object]) -> tuple[list[object], Spec]:
+    """Split ``(op0, sublist0, op1, sublist1, ..., [output])`` into operands, spec.
+
+    Example:
+        >>> ops, spec = parse_interleaved(["A", [0, 1], "B", [1, 2], [0, 2]])
+        >>> ops, spec
+        (['A', 'B'], (((0, 1), (1, 2)), (0, 2)))
+    """
+    items = list(args)
+    output = None
+    if len(items) % 2 == 1:
+        output = _sublist(items.pop(), "the output sublist")
+    if not items:
+        raise EinsliceError(
+            "einsum needs at least one operand; got only "
+            f"{len(args)} argument(s) in the interleaved form."
+        )
+    operands = items[0::2]
+    terms = tuple(
+        _sublist(s, f"the sublist of operand {k}") for k, s in enumerate(items[1::2])
+    )
+    return operands, (terms, output)
+
+
+def _sublist(sublist: object, what: str) -> tuple[Label, ...]:
+    if isinstance(sublist, str) or not isinstance(sublist, Sequence):
+        raise EinsliceError(
+            f"{what} must be a list of int labels (or Ellipsis), got {sublist!r}; "
+            "the interleaved form is einsum(op0, [0, 1], op1, [1, 2], [0, 2])."
+        )
+    labels = []
+    for label in sublist:
+        if label is Ellipsis:
+            labels.append(Ellipsis)
+        elif isinstance(label, int) and not isinstance(label, bool):
+            labels.append(int(label))
+        else:
+            raise EinsliceError(
+                f"{what} has label {label!r}; labels of the interleaved form are "
+                "ints or Ellipsis."
+            )
+    return tuple(labels)
+
+
+@lru_cache(maxsize=4096)
+def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
+    """Check a spec against operand shapes and number its indices.
+
+    Example:
+        >>> eq = build_equation(((("i", "j"), ("j", "k")), ("i", "k")), ((2, 3), (3, 4)))
+        >>> eq.terms, eq.output, eq.sizes
+        (((0, 1), (1, 2)), (0, 2), (2, 3, 4))
+    """
+    in_terms, out_term = spec
+    n_ellipsis = 0
+    expanded: list[list[Label]] = []
+    for k, (term, shape) in enumerate(zip(in_terms, shapes, strict=True)):
+        explicit = [label for label in term if label is not Ellipsis]
+        if len(explicit) < len(term) - 1:
+            raise EinsliceError(
+                f"term {_show(term)!r} of operand {k} has '...' more than once; "
+                "one '...' stands for all broadcast axes."
+            )
+        if Ellipsis in term:
+            rank = len(shape) - len(explicit)
+            if rank < 0:
+                raise EinsliceError(
+                    f"operand {k} has {len(shape)} axes (shape {shape}) but term "
+                    f"{_show(term)!r} names {len(explicit)}; the term needs at most "
+                    "as many indices as the operand has axes."
+                )
+            n_ellipsis = max(n_ellipsis, rank)
+        elif len(explicit) != len(shape):
+            raise EinsliceError(
+                f"operand {k} has {len(shape)} axes (shape {shape}) but term "
+                f"{_show(term)!r} names {len(explicit)}; give one index per axis, "
+                "or '...' for the rest."
+            )
+    ellipsis_labels = [("...", d) for d in range(n_ellipsis)]
+    for term, shape in zip(in_terms, shapes, strict=True):
+        row: list[Label] = []
+        for label in term:
+            if label is Ellipsis:
+                rank = len(shape) - (len(term) - 1)
+                row.extend(ellipsis_labels[n_ellipsis - rank :])
+            else:
+                row.append(label)
+        expanded.append(row)
+
+    if out_term is None:
+        counts: dict[Label, int] = {}
+        for row in expanded:
+            for label in row:
+                counts[label] = counts.get(label, 0) + 1
+        singles = [
+            lab for lab, c in counts.items() if c == 1 and not isinstance(lab, tuple)
+        ]
+        output: list[Label] = [*ellipsis_labels, *sorted(singles, key=_sort_key)]
+    else:
+        output = []
+        for label in out_term:
+            if label is Ellipsis:
+                output.extend(ellipsis_labels)
+            else:
+                output.append(label)
+        seen_in = {label for row in expanded for label in row}
+        for label in output:
+            if label not in seen_in:
+                raise EinsliceError(
+                    f"output index {_name(label)!r} appears in no operand's term; "
+                    "every output index must come from an input."
+                )
+        if len(set(output)) != len(output):
+            twice = next(lab for lab in output if output.count(lab) > 1)
+            raise EinsliceError(
+                f"output index {_name(twice)!r} appears more than once in the "
+                "output; each output index may appear once."
+            )
+
+    order: dict[Label, int] = {}
+    for row in [*expanded, output]:
+        for label in row:
+            order.setdefault(label, len(order))
+
+    size_of: dict[Label, tuple[int, int, int]] = {}  # label -> (size, operand, axis)
+    for k, (row, shape) in enumerate(zip(expanded, shapes, strict=True)):
+        for axis, (label, size) in enumerate(zip(row, shape, strict=True)):
+            if label in row[:axis] and shape[row.index(label)] != size:
+                raise EinsliceError(
+                    f"index {_name(label)!r} is repeated in operand {k} (term "
+                    f"{_show(in_terms[k])!r}) with sizes {shape[row.index(label)]} "
+                    f"and {size}; a repeated index takes a diagonal, so its axes "
+                    "must have equal sizes."
+                )
+            if label not in size_of:
+                size_of[label] = (size, k, axis)
+                continue
+            known, other, _ = size_of[label]
+            if size in (known, 1):
+                continue
+            if known == 1:
+                size_of[label] = (size, k, axis)
+                continue
+            raise EinsliceError(
+                f"index {_name(label)!r} has size {known} in operand {other} "
+                f"(term {_show(in_terms[other])!r}) but {size} in operand {k} "
+                f"(term {_show(in_terms[k])!r}); every occurrence of an index "
+                "must have the same size (or size 1, to broadcast)."
+            )
+
+    terms, squeezed = [], []
+    for row, shape in zip(expanded, shapes, strict=True):
+        keep, drop = [], []
+        for axis, (label, size) in enumerate(zip(row, shape, strict=True)):
+            if size == 1 and size_of[label][0] != 1:
+                drop.append(axis)
+            else:
+                keep.append(order[label])
+        terms.append(tuple(keep))
+        squeezed.append(tuple(drop))
+    labels = sorted(order, key=order.__getitem__)
+    return Equation(
+        terms=tuple(terms),
+        output=tuple(order[label] for label in output),
+        sizes=tuple(size_of[label][0] for label in labels),
+        names=tuple(_name(label) for label in labels),
+        squeezed=tuple(squeezed),
+        shapes=shapes,
+    )
+
+
+def _sort_key(label: Label) -> tuple[int, str | int]:
+    return (0, label) if isinstance(label, int) else (1, str(label))
+
+
+def _name(label: Label) -> str:
+    if isinstance(label, tuple):
+        return f"…{label[1]}"
+    return str(label)
+
+
+def _show(term: tuple[Label, ...]) -> str:
+    parts = ["..." if lab is Ellipsis else _name(lab) for lab in term]
+    if all(len(p) == 1 or p == "..." for p in parts):
+        return "".join(parts)
+    return "[" + ", ".join(parts) + "]"

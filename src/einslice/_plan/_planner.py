@@ -1,0 +1,178 @@
+"""Equation + dtype size + limit → Plan: the planner's front door (cached)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .._errors import MemoryLimitError
+from ._cost import Body, chunked_sizes, evaluate, naive_flops
+from ._memory import format_bytes
+from ._order import find_path, to_steps
+from ._slice import choose_slicing
+from ._types import SEMIRINGS, Cost, Equation, Plan
+
+# "auto"-style named strategies re-plan the path for each chunking (cheap for
+# few operands); explicit paths and optimizer objects are called once.
+_REPLAN_MAX_OPERANDS = 12
+# For large networks only the indices of the biggest intermediates are tried.
+_MAX_CANDIDATES = 12
+
+
+def prepare_terms(equation: Equation) -> tuple[tuple[int, ...], ...]:
+    """Each operand's indices after its diagonal and its private sums.
+
+    An index repeated within a term becomes one; an index that no other operand
+    and not the output has is summed out before any pairwise step.
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("iij,jk->k", 2), ((2, 2, 3), (3, 4)))
+        >>> [eq.names[i] for i in prepare_terms(eq)[0]]
+        ['j']
+    """
+    prepared = []
+    for k, term in enumerate(equation.terms):
+        elsewhere = set(equation.output).union(
+            *(t for j, t in enumerate(equation.terms) if j != k)
+        )
+        prepared.append(tuple(i for i in dict.fromkeys(term) if i in elsewhere))
+    return tuple(prepared)
+
+
+@lru_cache(maxsize=1024)
+def make_plan(
+    equation: Equation,
+    itemsize: int,
+    dtype: str,
+    memory_limit: int,
+    optimize: object,
+    semiring: str,
+) -> Plan:
+    """Plan a contraction: pairwise path, sliced indices and chunk sizes.
+
+    Args:
+        equation: the parsed equation.
+        itemsize: bytes per element of the computation dtype.
+        dtype: the computation dtype's name (shown in the report).
+        memory_limit: peak temporary bytes allowed.
+        optimize: path strategy name, bool, explicit path tuple or optimizer.
+        semiring: "sum", "log" or "max".
+
+    Returns:
+        The fastest plan found whose predicted peak fits the limit.
+
+    Raises:
+        MemoryLimitError: no plan fits; states the smallest feasible limit.
+    """
+    assert semiring in SEMIRINGS, semiring
+    prepared = prepare_terms(equation)
+    sizes = equation.sizes
+    output = equation.output
+    replan = isinstance(optimize, str | bool) and len(prepared) <= _REPLAN_MAX_OPERANDS
+    base_path = find_path(prepared, output, dict(enumerate(sizes)), optimize)
+    bodies: dict[tuple[int, ...], Body] = {}
+
+    def body_of(path: tuple[tuple[int, ...], ...]) -> Body:
+        steps, _ = to_steps(prepared, output, path)
+        return Body(equation.terms, prepared, steps, output, semiring)
+
+    base_body = body_of(base_path)
+
+    def cost_fwd(chunks: dict[int, int]) -> Cost:
+        best_body, best = base_body, evaluate(base_body, sizes, chunks, itemsize)
+        if replan and chunks:
+            local = dict(enumerate(chunked_sizes(sizes, chunks)))
+            body = body_of(find_path(prepared, output, local, optimize))
+            cost = evaluate(body, sizes, chunks, itemsize)
+            if _better(cost, best, memory_limit):
+                best_body, best = body, cost
+        bodies[_key(chunks)] = best_body
+        return best
+
+    candidates = _candidates(base_body, sizes)
+    forward = choose_slicing(cost_fwd, sizes, candidates, memory_limit)
+    if not forward.fits:
+        raise MemoryLimitError(
+            f"memory_limit={format_bytes(memory_limit)} ({memory_limit} bytes) is "
+            "below the smallest feasible plan "
+            f"({format_bytes(forward.cost.peak_bytes)}, "
+            f"{forward.cost.peak_bytes} bytes, slicing "
+            f"{sorted(equation.names[i] for i in forward.chunks)}); raise the "
+            "limit or pass memory_limit=None.",
+            smallest_limit=forward.cost.peak_bytes,
+            flops=forward.cost.flops,
+        )
+    body = bodies.get(_key(forward.chunks)) or base_body
+    if _key(forward.chunks) not in bodies:
+        cost_fwd(forward.chunks)
+        body = bodies[_key(forward.chunks)]
+    tangent = choose_slicing(
+        lambda chunks: evaluate(body, sizes, chunks, itemsize, tangent=True),
+        sizes,
+        _candidates(body, sizes),
+        memory_limit,
+        explore_when_fits=False,
+    )
+    _, pairs = to_steps(prepared, output, _path_of(body))
+    return Plan(
+        equation=equation,
+        semiring=semiring,
+        itemsize=itemsize,
+        prepared=prepared,
+        steps=body.steps,
+        path=pairs,
+        chunks=tuple(sorted(forward.chunks.items())),
+        tangent_chunks=tuple(sorted(tangent.chunks.items())),
+        cost=forward.cost,
+        tangent_cost=tangent.cost,
+        naive_flops=naive_flops(equation.terms, sizes),
+        memory_limit=memory_limit,
+        dtype=dtype,
+    )
+
+
+def _key(chunks: dict[int, int]) -> tuple[int, ...]:
+    return tuple(sorted(chunks.items()))  # type: ignore[arg-type]
+
+
+def _better(a: Cost, b: Cost, limit: int) -> bool:
+    a_fits, b_fits = a.peak_bytes <= limit, b.peak_bytes <= limit
+    if a_fits != b_fits:
+        return a_fits
+    return a.time < b.time if a_fits else a.peak_bytes < b.peak_bytes
+
+
+def _path_of(body: Body) -> tuple[tuple[int, ...], ...]:
+    """The node-id pairs of a body's steps, as an opt_einsum path."""
+    n = len(body.prepared)
+    alive = list(range(n))
+    path = []
+    for s, step in enumerate(body.steps):
+        path.append((alive.index(step.left), alive.index(step.right)))
+        alive.remove(step.left)
+        alive.remove(step.right)
+        alive.append(n + s)
+    return tuple(path)
+
+
+def _candidates(body: Body, sizes: tuple[int, ...]) -> list[int]:
+    """Indices worth slicing: all of them, or for big networks the largest nodes'."""
+    every = list(dict.fromkeys(i for t in body.terms for i in t))
+    if len(every) <= _MAX_CANDIDATES:
+        return every
+    nodes = [*body.prepared, *(s.result for s in body.steps)]
+
+    def numel(term: tuple[int, ...]) -> int:
+        total = 1
+        for i in term:
+            total *= sizes[i]
+        return total
+
+    ranked: list[int] = []
+    for node in sorted(nodes, key=numel, reverse=True):
+        for i in sorted(node, key=lambda i: -sizes[i]):
+            if i not in ranked:
+                ranked.append(i)
+        if len(ranked) >= _MAX_CANDIDATES:
+            break
+    return ranked[:_MAX_CANDIDATES]

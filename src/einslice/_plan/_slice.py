@@ -1,0 +1,136 @@
+"""Choose which indices to slice, and in which chunk sizes, under a memory limit.
+
+The search is greedy, like cotengra's slice finder, but over chunk sizes, not
+single values: at each level it tries every index at a ladder of chunk sizes
+(re-planning the path for the smaller sizes), keeps the fastest plan that fits,
+and descends along the slicing that cuts the peak most. Once a plan fits, each
+sliced index's chunk grows back to the largest size that still fits, since
+fewer, larger chunks mean bigger matrix multiplies and less loop overhead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ._types import Cost
+
+Evaluate = Callable[[dict[int, int]], Cost]
+
+
+@dataclass(frozen=True, slots=True)
+class Slicing:
+    """The chosen chunks and their cost; ``fits`` is False if nothing fit."""
+
+    chunks: dict[int, int]
+    cost: Cost
+    fits: bool
+
+
+def balanced_chunk(size: int, chunk: int) -> int:
+    """The smallest chunk giving as many chunks as ``chunk`` does (less waste).
+
+    Example:
+        >>> balanced_chunk(1000, 300)  # 4 chunks either way; 250 wastes nothing
+        250
+    """
+    count = -(-size // max(chunk, 1))
+    return -(-size // count)
+
+
+def chunk_ladder(size: int) -> list[int]:
+    """Chunk sizes worth trying for one index: halving from size/2 down to 1."""
+    ladder, chunk = [], size
+    while chunk > 1:
+        chunk = balanced_chunk(size, -(-chunk // 2))
+        if not ladder or chunk < ladder[-1]:
+            ladder.append(chunk)
+    return ladder
+
+
+def choose_slicing(
+    evaluate: Evaluate,
+    sizes: Sequence[int],
+    candidates: Sequence[int],
+    limit: int,
+    explore_when_fits: bool = True,
+) -> Slicing:
+    """Find the fastest chunking that fits ``limit``, or the most frugal one.
+
+    Args:
+        evaluate: cost of a chunking (index → chunk size), path re-planned.
+        sizes: full size of every index.
+        candidates: indices that may be sliced.
+        limit: peak temporary bytes allowed.
+        explore_when_fits: also try slicing when the unsliced plan fits (a
+            sliced path can be faster, e.g. by keeping intermediates small).
+
+    Returns:
+        The chosen Slicing; ``fits`` is False when even the most frugal plan
+        found exceeds ``limit`` (its cost then gives the smallest feasible
+        limit).
+    """
+    best: tuple[dict[int, int], Cost] | None = None
+
+    def consider(chunks: dict[int, int]) -> Cost:
+        nonlocal best
+        cost = evaluate(chunks)
+        if cost.peak_bytes <= limit and (best is None or cost.time < best[1].time):
+            best = (dict(chunks), cost)
+        return cost
+
+    state: dict[int, int] = {}
+    state_cost = consider(state)
+    candidates = [i for i in candidates if sizes[i] > 1]
+    found_at = 0 if best is not None else None
+    level = 0
+    while True:
+        if found_at is not None and (level > found_at or not explore_when_fits):
+            break
+        options: list[tuple[dict[int, int], Cost]] = []
+        for index in candidates:
+            if index in state:
+                continue
+            for chunk in chunk_ladder(sizes[index]):
+                chunks = {**state, index: chunk}
+                options.append((chunks, consider(chunks)))
+        if not options:
+            break
+        if found_at is None and best is not None:
+            found_at = level
+        if found_at is not None and level >= found_at:
+            break
+        state, state_cost = min(options, key=lambda o: (o[1].peak_bytes, o[1].time))
+        level += 1
+    if best is None:
+        return Slicing(state, state_cost, fits=False)
+    chunks, cost = best
+    return _grow(evaluate, sizes, chunks, cost, limit)
+
+
+def _grow(
+    evaluate: Evaluate,
+    sizes: Sequence[int],
+    chunks: dict[int, int],
+    cost: Cost,
+    limit: int,
+) -> Slicing:
+    """Enlarge each chunk to the largest size that fits, if that is faster."""
+
+    def with_chunk(base: dict[int, int], index: int, chunk: int) -> dict[int, int]:
+        rest = {i: c for i, c in base.items() if i != index}
+        return rest if chunk >= sizes[index] else {**rest, index: chunk}
+
+    for index in sorted(chunks):
+        lo, hi = chunks[index], sizes[index]
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if evaluate(with_chunk(chunks, index, mid)).peak_bytes <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        trial = with_chunk(chunks, index, balanced_chunk(sizes[index], lo))
+        trial_cost = evaluate(trial)
+        if trial_cost.peak_bytes <= limit and trial_cost.time < cost.time:
+            chunks, cost = trial, trial_cost
+    return Slicing(chunks, cost, fits=True)

@@ -1,0 +1,146 @@
+"""Frozen, hashable descriptions of an equation and of a plan to contract it.
+
+Being tuples of ints, these are valid static arguments of ``jax.jit``: the plan
+is data, and execution is a plain walk over it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+SEMIRINGS = ("sum", "log", "max")
+
+
+@dataclass(frozen=True, slots=True)
+class Equation:
+    """A parsed einsum: one term of index ids per operand, and the output.
+
+    Indices are small ints; ``names`` gives how each is shown to people.
+    ``squeezed`` lists, per operand, the size-1 axes that broadcast against a
+    larger size elsewhere: they are dropped before contraction, and ``terms``
+    describes the operands after that drop (repeated indices kept).
+    """
+
+    terms: tuple[tuple[int, ...], ...]
+    output: tuple[int, ...]
+    sizes: tuple[int, ...]
+    names: tuple[str, ...]
+    squeezed: tuple[tuple[int, ...], ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    def term_text(self, term: tuple[int, ...]) -> str:
+        """Show a term as people wrote it, e.g. ``'ij'``."""
+        return "".join(
+            self.names[i] if len(self.names[i]) == 1 else f"[{self.names[i]}]"
+            for i in term
+        )
+
+    def text(self) -> str:
+        """The equation as a string, e.g. ``'ij,jk->ik'``."""
+        inputs = ",".join(self.term_text(t) for t in self.terms)
+        return f"{inputs}->{self.term_text(self.output)}"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One pairwise contraction: two nodes in, one node out.
+
+    Nodes ``0..n_operands-1`` are the prepared operands; step ``s`` makes node
+    ``n_operands + s``. ``result`` lists the result's indices in the order
+    ``lax.dot_general`` yields them (batch, left free, right free).
+    """
+
+    left: int
+    right: int
+    result: tuple[int, ...]
+    contracted: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What a plan costs: total FLOPs, predicted peak temporary bytes, est. time."""
+
+    flops: int
+    peak_bytes: int
+    time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How einslice contracts one equation: path, slices, chunk sizes and costs.
+
+    ``chunks`` maps each sliced index to its chunk size (the forward pass);
+    ``tangent_chunks`` does the same for the derivative pass, which keeps more
+    alive per chunk. ``prepared`` gives each operand's indices after taking
+    diagonals and summing indices no other operand or the output has.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (4, 5), (5, 6))
+        >>> p.path, p.sliced
+        (((0, 1),), {})
+    """
+
+    equation: Equation
+    semiring: str
+    itemsize: int
+    prepared: tuple[tuple[int, ...], ...]
+    steps: tuple[Step, ...]
+    path: tuple[tuple[int, ...], ...]
+    chunks: tuple[tuple[int, int], ...]
+    tangent_chunks: tuple[tuple[int, int], ...]
+    cost: Cost
+    tangent_cost: Cost
+    naive_flops: int
+    memory_limit: int
+    dtype: str = field(default="float32")
+
+    @property
+    def sliced(self) -> dict[str, int]:
+        """Sliced indices (by name) and their chunk sizes in the forward pass."""
+        return {self.equation.names[i]: c for i, c in self.chunks}
+
+    @property
+    def flops(self) -> int:
+        """FLOPs of the forward pass, slicing overhead included."""
+        return self.cost.flops
+
+    @property
+    def peak_bytes(self) -> int:
+        """Predicted peak temporary bytes of the forward pass."""
+        return self.cost.peak_bytes
+
+    @property
+    def n_chunks(self) -> int:
+        """How many chunks the forward pass loops over."""
+        sizes = self.equation.sizes
+        return prod(-(-sizes[i] // c) for i, c in self.chunks)
+
+    def node_terms(self) -> tuple[tuple[int, ...], ...]:
+        """Indices of every node: prepared operands, then each step's result."""
+        return self.prepared + tuple(step.result for step in self.steps)
+
+    def __call__(self, *operands, precision=None, preferred_element_type=None):
+        """Run the plan on operands of the planned shapes (jit/vmap/grad safe)."""
+        # Imported here so that planning never imports JAX.
+        from .._api import execute_plan
+
+        return execute_plan(
+            self,
+            operands,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
+        )
+
+    def __str__(self) -> str:
+        from ._info import describe
+
+        return describe(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"Plan({self.equation.text()!r}, semiring={self.semiring!r}, "
+            f"sliced={self.sliced}, flops={self.flops:.3g}, "
+            f"peak_bytes={self.peak_bytes})"
+        )
