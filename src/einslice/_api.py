@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from functools import lru_cache, partial
+from functools import cache, lru_cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -128,9 +128,11 @@ def plan(
     Args:
         subscripts: as for ``einsum`` (string or interleaved form).
         *operands: arrays, ``jax.ShapeDtypeStruct`` s, or shape tuples.
-        memory_limit, optimize, semiring, preferred_element_type: as for
-            ``einsum``.
+        memory_limit: as for ``einsum``.
+        optimize: as for ``einsum``.
+        semiring: as for ``einsum``.
         dtype: the dtype of operands given as shape tuples (default float32).
+        preferred_element_type: as for ``einsum``.
 
     Returns:
         A Plan: ``.path``, ``.sliced``, ``.flops``, ``.naive_flops``,
@@ -288,7 +290,7 @@ def _as_struct(x, dtype, k: int):
     return _as_array(x, k)
 
 
-@lru_cache(maxsize=None)
+@cache
 def default_memory_limit() -> int:
     """The memory_limit used when None is given, fixed at first use per process.
 

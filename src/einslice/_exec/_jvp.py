@@ -19,6 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from .._errors import MemoryLimitError
+from .._plan._memory import format_bytes
 from .._plan._types import Plan
 from . import _semiring
 from ._scan import chunk_body, sweep
@@ -51,6 +53,16 @@ def forward(plan: Plan, config: Config, operands: Sequence[jax.Array]) -> jax.Ar
 
 @contract.defjvp
 def _contract_jvp(plan: Plan, config: Config, primals, tangents):
+    if plan.tangent_cost.peak_bytes > plan.memory_limit:
+        raise MemoryLimitError(
+            f"the derivative of {plan.equation.text()!r} needs at least "
+            f"{format_bytes(plan.tangent_cost.peak_bytes)} "
+            f"({plan.tangent_cost.peak_bytes} bytes) but memory_limit is "
+            f"{format_bytes(plan.memory_limit)}; raise memory_limit to at least "
+            "that for gradients (the forward pass alone fits).",
+            smallest_limit=plan.tangent_cost.peak_bytes,
+            flops=plan.tangent_cost.flops,
+        )
     out = contract(plan, config, *primals)
     return out, tangent_sweep(plan, config, primals, tangents, out)
 

@@ -65,7 +65,7 @@ def _safe_shift(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
 def log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-    """log Σ exp(x) over ``axes``: -inf for all -inf, and NaN-free derivatives."""
+    """Log Σ exp(x) over ``axes``: -inf for all -inf, and NaN-free derivatives."""
     shift = _safe_shift(x, axes)
     total = jnp.sum(jnp.exp(x - shift), axis=axes)
     return jnp.log(total) + jnp.squeeze(shift, axes)
@@ -82,6 +82,11 @@ def _log_sum_jvp(axes, primals, tangents):
     return out, jnp.sum(weights * tx, axis=axes) / safe
 
 
+def elementwise(semiring: str, left: jax.Array, right: jax.Array) -> jax.Array:
+    """The semiring product of two broadcast-compatible arrays."""
+    return left * right if semiring == "sum" else left + right
+
+
 def pair(
     semiring: str,
     left: jax.Array,
@@ -94,7 +99,7 @@ def pair(
     The result's axes are ordered as ``dot_general`` orders them: batch, left
     free, right free.
     """
-    (left_c, right_c), _ = dims
+    (left_c, _), _ = dims
     if semiring == "sum":
         if not left_c:
             return _outer(jnp.multiply, left, right, dims)
@@ -126,7 +131,7 @@ def _outer(op, left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax
 
 
 def _max_plus(left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.Array:
-    """max over contracted axes of left + right (materializes their union)."""
+    """Max over contracted axes of left + right (materializes their union)."""
     (left_c, right_c), (left_b, right_b) = dims
     left_free = [a for a in range(left.ndim) if a not in left_b and a not in left_c]
     right_free = [a for a in range(right.ndim) if a not in right_b and a not in right_c]

@@ -44,6 +44,12 @@ def run_step(
     keep = set(step.result) | set(step.contracted)
     left, left_term = _drop(semiring, left, left_term, keep)
     right, right_term = _drop(semiring, right, right_term, keep)
+    if not step.contracted:
+        return _semiring.elementwise(
+            semiring,
+            _broadcast(left, left_term, step.result),
+            _broadcast(right, right_term, step.result),
+        )
     batch = [i for i in step.result if i in left_term and i in right_term]
     dims = (
         (
@@ -66,3 +72,11 @@ def _drop(
     if not axes:
         return x, term
     return _semiring.reduce(semiring, x, axes), tuple(i for i in term if i in keep)
+
+
+def _broadcast(x: jax.Array, term: tuple[int, ...], result: tuple[int, ...]):
+    """Lay ``x`` out in ``result``'s order, with size-1 axes where it lacks one."""
+    present = [i for i in result if i in term]
+    if list(term) != present:
+        x = jnp.transpose(x, [term.index(i) for i in present])
+    return x.reshape([x.shape[present.index(i)] if i in term else 1 for i in result])

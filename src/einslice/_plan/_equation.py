@@ -111,7 +111,8 @@ def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
     """Check a spec against operand shapes and number its indices.
 
     Example:
-        >>> eq = build_equation(((("i", "j"), ("j", "k")), ("i", "k")), ((2, 3), (3, 4)))
+        >>> spec = ((("i", "j"), ("j", "k")), ("i", "k"))
+        >>> eq = build_equation(spec, ((2, 3), (3, 4)))
         >>> eq.terms, eq.output, eq.sizes
         (((0, 1), (1, 2)), (0, 2), (2, 3, 4))
     """

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from functools import lru_cache
+from math import prod
 
 import opt_einsum
 
@@ -145,9 +146,17 @@ def check_path(path: Path, n_operands: int) -> None:
 
 
 def to_steps(
-    terms: Sequence[tuple[int, ...]], output: tuple[int, ...], path: Path
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    path: Path,
+    sizes: Sequence[int] | None = None,
 ) -> tuple[tuple[Step, ...], Path]:
     """Turn a path into pairwise Steps; also return the pairwise path itself.
+
+    Each step's layout is chosen so that ``dot_general`` needs no transpose
+    where that can be had: batch and contracted indices follow the larger
+    operand's order, and the operands are swapped when that hands the next
+    step its result with batch indices leading and contracted ones together.
 
     Example:
         >>> steps, pairs = to_steps([(0, 1), (1, 2)], (0, 2), ((0, 1),))
@@ -155,35 +164,171 @@ def to_steps(
         Step(left=0, right=1, result=(0, 2), contracted=(1,))
     """
     n = len(terms)
-    node_terms = list(terms)
-    alive = list(range(n))  # node ids, in opt_einsum position order
-    steps: list[Step] = []
+    size_of = (
+        sizes
+        if sizes is not None
+        else [2] * (1 + max((i for t in terms for i in t), default=0))
+    )
+    pairs_by_node: list[tuple[int, int]] = []
+    label_sets: list[frozenset[int]] = [frozenset(t) for t in terms]
+    alive = list(range(n))
     pairs: list[tuple[int, ...]] = []
 
-    def contract(a: int, b: int) -> int:
+    def merge(a: int, b: int) -> int:
         others = [t for t in alive if t not in (a, b)]
-        needed = set(output).union(*(node_terms[t] for t in others))
-        left, right = node_terms[a], node_terms[b]
-        batch = [i for i in left if i in right and i in needed]
-        result = (
-            *batch,
-            *(i for i in left if i not in right and i in needed),
-            *(i for i in right if i not in left and i in needed),
-        )
-        contracted = tuple(i for i in left if i in right and i not in needed)
-        steps.append(Step(a, b, result, contracted))
-        node_terms.append(result)
+        needed = set(output).union(*(label_sets[t] for t in others))
+        label_sets.append((label_sets[a] | label_sets[b]) & needed)
+        pairs_by_node.append((a, b))
         pairs.append((alive.index(a), alive.index(b)))
         alive.remove(a)
         alive.remove(b)
-        alive.append(len(node_terms) - 1)
-        return len(node_terms) - 1
+        alive.append(len(label_sets) - 1)
+        return len(label_sets) - 1
 
     for entry in (*path, *([(0, 1)] * n)):
         if len(alive) <= 1:
             break
         group = [alive[p] for p in entry] if len(entry) > 1 else []
         while len(group) >= 2:
-            merged = contract(group[0], group[1])
-            group = [merged, *group[2:]]
+            group = [merge(group[0], group[1]), *group[2:]]
+
+    consumer: dict[int, int] = {}
+    for s, (a, b) in enumerate(pairs_by_node):
+        consumer[a] = consumer[b] = s
+    node_terms: list[tuple[int, ...]] = list(terms)
+    steps: list[Step] = []
+    for s, (a, b) in enumerate(pairs_by_node):
+        step = _layout(
+            a,
+            b,
+            node_terms,
+            label_sets,
+            pairs_by_node,
+            consumer,
+            n + s,
+            output,
+            size_of,
+        )
+        steps.append(step)
+        node_terms.append(step.result)
     return tuple(steps), tuple(pairs)
+
+
+def _layout(
+    a: int,
+    b: int,
+    node_terms: list[tuple[int, ...]],
+    label_sets: list[frozenset[int]],
+    pairs_by_node: list[tuple[int, int]],
+    consumer: dict[int, int],
+    node: int,
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+) -> Step:
+    """Choose operand order and index order for the step making ``node``."""
+    term_a, term_b = node_terms[a], node_terms[b]
+    result_set = label_sets[node]
+
+    def numel(term: tuple[int, ...]) -> int:
+        return prod(sizes[i] for i in term)
+
+    big = term_a if numel(term_a) >= numel(term_b) else term_b
+    small = term_b if big is term_a else term_a
+    shared = [i for i in big if i in small]
+    batch = tuple(i for i in shared if i in result_set)
+    contracted = tuple(i for i in shared if i not in result_set)
+    if not contracted:
+        return Step(
+            a,
+            b,
+            _elementwise_order(
+                a, b, node_terms, label_sets, pairs_by_node, consumer, node, output, big
+            ),
+            (),
+        )
+    best: tuple[float, int, int, tuple[int, ...]] | None = None
+    for lhs, rhs in ((a, b), (b, a)):
+        t_l, t_r = node_terms[lhs], node_terms[rhs]
+        free_l = tuple(i for i in t_l if i not in t_r and i in result_set)
+        free_r = tuple(i for i in t_r if i not in t_l and i in result_set)
+        result = (*batch, *free_l, *free_r)
+        if node in consumer:
+            c = consumer[node]
+            x, y = pairs_by_node[c]
+            partner = label_sets[y if x == node else x]
+            made = label_sets[len(label_sets) - len(pairs_by_node) + c]
+            batch_c = tuple(i for i in result if i in partner and i in made)
+            contracted_c = tuple(i for i in result if i in partner and i not in made)
+            score = 0.0 if needs_transpose(result, batch_c, contracted_c) else 1.0
+        else:
+            score = 1.0 if result == tuple(i for i in output if i in result) else 0.0
+        score += 0.5 if node_terms[lhs] is big else 0.0
+        if best is None or score > best[0]:
+            best = (score, lhs, rhs, result)
+    assert best is not None
+    _, lhs, rhs, result = best
+    return Step(lhs, rhs, result, contracted)
+
+
+def needs_transpose(
+    term: tuple[int, ...], batch: tuple[int, ...], contracted: tuple[int, ...]
+) -> bool:
+    """Whether ``dot_general`` must copy an operand into its canonical layout.
+
+    Canonical: batch indices lead (in the step's order), and the contracted
+    indices form one run, in the step's order, at the start or end of the rest.
+
+    Example:
+        >>> needs_transpose((0, 1, 2), (0,), (2,)), needs_transpose((1, 0), (0,), ())
+        (False, True)
+    """
+    k = len(batch)
+    if tuple(term[:k]) != tuple(batch):
+        return True
+    rest = term[k:]
+    if not contracted:
+        return False
+    if not all(i in rest for i in contracted):
+        return True
+    first = rest.index(contracted[0])
+    if rest[first : first + len(contracted)] != tuple(contracted):
+        return True
+    return not (first == 0 or first + len(contracted) == len(rest))
+
+
+def _elementwise_order(
+    a: int,
+    b: int,
+    node_terms: list[tuple[int, ...]],
+    label_sets: list[frozenset[int]],
+    pairs_by_node: list[tuple[int, int]],
+    consumer: dict[int, int],
+    node: int,
+    output: tuple[int, ...],
+    big: tuple[int, ...],
+) -> tuple[int, ...]:
+    """Index order for a step that contracts nothing (a fused broadcast product).
+
+    Such a step can write its result in any order at no cost, so it writes the
+    order its consumer wants: batch indices first, then the consumer's free
+    indices, then the ones it contracts — following the partner's order where
+    the partner is already laid out. The last step writes the output's order.
+    """
+    result_set = label_sets[node]
+    every = list(dict.fromkeys((*big, *node_terms[a], *node_terms[b])))
+    every = [i for i in every if i in result_set]
+    if node not in consumer:
+        return tuple(i for i in output if i in result_set)
+    c = consumer[node]
+    x, y = pairs_by_node[c]
+    other = y if x == node else x
+    partner = label_sets[other]
+    made = label_sets[len(label_sets) - len(pairs_by_node) + c]
+    if other < len(node_terms):  # the partner is laid out: follow its order
+        every = [i for i in node_terms[other] if i in result_set] + [
+            i for i in every if i not in partner
+        ]
+    batch_c = [i for i in every if i in partner and i in made]
+    contracted_c = [i for i in every if i in partner and i not in made]
+    free_c = [i for i in every if i not in partner]
+    return (*batch_c, *free_c, *contracted_c)

@@ -72,20 +72,26 @@ def make_plan(
     base_path = find_path(prepared, output, dict(enumerate(sizes)), optimize)
     bodies: dict[tuple[int, ...], Body] = {}
 
-    def body_of(path: tuple[tuple[int, ...], ...]) -> Body:
-        steps, _ = to_steps(prepared, output, path)
+    def body_of(path: tuple[tuple[int, ...], ...], local: list[int]) -> Body:
+        steps, _ = to_steps(prepared, output, path, local)
         return Body(equation.terms, prepared, steps, output, semiring)
 
-    base_body = body_of(base_path)
+    base_body = body_of(base_path, list(sizes))
 
     def cost_fwd(chunks: dict[int, int]) -> Cost:
         best_body, best = base_body, evaluate(base_body, sizes, chunks, itemsize)
-        if replan and chunks:
-            local = dict(enumerate(chunked_sizes(sizes, chunks)))
-            body = body_of(find_path(prepared, output, local, optimize))
-            cost = evaluate(body, sizes, chunks, itemsize)
-            if _better(cost, best, memory_limit):
-                best_body, best = body, cost
+        if chunks:
+            local = chunked_sizes(sizes, chunks)
+            paths = [base_path]
+            if replan:
+                paths.append(
+                    find_path(prepared, output, dict(enumerate(local)), optimize)
+                )
+            for path in paths:
+                body = body_of(path, local)
+                cost = evaluate(body, sizes, chunks, itemsize)
+                if _better(cost, best, memory_limit):
+                    best_body, best = body, cost
         bodies[_key(chunks)] = best_body
         return best
 
@@ -113,7 +119,7 @@ def make_plan(
         memory_limit,
         explore_when_fits=False,
     )
-    _, pairs = to_steps(prepared, output, _path_of(body))
+    pairs = _path_of(body)
     return Plan(
         equation=equation,
         semiring=semiring,

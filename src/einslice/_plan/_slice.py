@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ._cost import ranking
 from ._types import Cost
 
 Evaluate = Callable[[dict[int, int]], Cost]
@@ -75,7 +76,9 @@ def choose_slicing(
     def consider(chunks: dict[int, int]) -> Cost:
         nonlocal best
         cost = evaluate(chunks)
-        if cost.peak_bytes <= limit and (best is None or cost.time < best[1].time):
+        if cost.peak_bytes <= limit and (
+            best is None or ranking(cost) < ranking(best[1])
+        ):
             best = (dict(chunks), cost)
         return cost
 
@@ -131,6 +134,6 @@ def _grow(
                 hi = mid - 1
         trial = with_chunk(chunks, index, balanced_chunk(sizes[index], lo))
         trial_cost = evaluate(trial)
-        if trial_cost.peak_bytes <= limit and trial_cost.time < cost.time:
+        if trial_cost.peak_bytes <= limit and ranking(trial_cost) < ranking(cost):
             chunks, cost = trial, trial_cost
     return Slicing(chunks, cost, fits=True)
