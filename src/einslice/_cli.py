@@ -1,0 +1,449 @@
+"""The ``einslice`` command line: ``bench``, ``explain`` and ``uai``.
+
+Heavy modules (JAX, the benchmark peers) are imported inside the commands, so
+``einslice --help`` and argument errors answer at once. Bad arguments give one
+line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+CPU_SIZES = (64, 128, 256, 512, 1024)
+GPU_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
+SUITE_MEMORY_LIMIT = "1GB"
+"""The suite's default limit: peers over it do not count as fitting."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line (no usage block)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``<prog>: error: <message>`` and exit with code 2."""
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``einslice`` command line.
+
+    Args:
+        argv: the arguments after the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 on success, 2 for bad arguments.
+
+    Example:
+        >>> main(["explain", "ij,jk->ik", "--shape", "i=8,j=8,k=8"])  # doctest: +SKIP
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, commands = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.error("choose a command: " + ", ".join(commands))
+        return commands[args.command](args, argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except KeyboardInterrupt:
+        print("einslice: interrupted", file=sys.stderr)
+        return 130
+
+
+def _build_parser() -> tuple[_Parser, dict]:
+    """The parser, and the function that runs each command."""
+    parser = _Parser(
+        prog="einslice",
+        description="Any einsum in JAX inside a memory budget: benchmarks and plans.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = {}
+
+    bench = sub.add_parser(
+        "bench",
+        help="time einslice against jnp.einsum, the seed's baselines and peers",
+        description="Reproduce the seed's table (time, memory, GFLOP/s vs n) or, "
+        "with --suite, compare einslice with its peers on ~15 formulas. Writes "
+        "Markdown, CSV and a PNG plot into --out.",
+    )
+    _add_bench_arguments(bench)
+    commands["bench"] = lambda args, argv: _run_bench(args, argv, bench)
+
+    explain = sub.add_parser(
+        "explain",
+        help="print the plan einslice would run, without running it",
+        description="Print einslice.plan(...) for FORMULA with the given index "
+        "sizes: path, sliced indices and chunks, FLOPs vs naive, peak memory.",
+    )
+    explain.add_argument("formula", metavar="FORMULA", help="e.g. 'ij,jk->ik'")
+    explain.add_argument(
+        "--shape",
+        action="append",
+        default=[],
+        metavar="INDEX=SIZE[,INDEX=SIZE...]",
+        type=_index_sizes,
+        help="size of each index, e.g. --shape i=4096 --shape j=512,k=64",
+    )
+    explain.add_argument(
+        "--memory-limit", type=_memory_limit, default=None, help="e.g. 1GB, 512MiB"
+    )
+    explain.add_argument("--dtype", default="float32", choices=_DTYPES)
+    explain.add_argument(
+        "--optimize", default="auto", help="auto, greedy, optimal, dp (default auto)"
+    )
+    commands["explain"] = lambda args, argv: _run_explain(args, explain)
+
+    try:
+        from .pgm._cli import add_uai_parser, run_uai
+    except Exception as e:  # not built yet, or broken: say so when asked
+        reason = " ".join(f"{type(e).__name__}: {e}".split())
+        stub = sub.add_parser("uai", help="(unavailable) inference on .uai models")
+        stub.add_argument("rest", nargs=argparse.REMAINDER)
+        commands["uai"] = lambda args, argv: _unavailable("uai", reason)
+    else:
+        add_uai_parser(sub)
+        commands["uai"] = lambda args, argv: int(run_uai(args) or 0)
+    return parser, commands
+
+
+_DTYPES = ("float32", "float64")
+
+
+def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``einslice bench``."""
+    p.add_argument(
+        "--suite",
+        action="store_true",
+        help="run the suite of ~15 formulas against every installed peer",
+    )
+    p.add_argument(
+        "--formula",
+        default=None,
+        help="sweep this formula instead of the seed's (every index of size n)",
+    )
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        help="comma-separated n (default: CPU 64..1024, GPU 128..8192)",
+    )
+    p.add_argument(
+        "--methods",
+        type=_names,
+        default=None,
+        help="comma-separated methods (see --list); einslice@64MB fixes a limit",
+    )
+    p.add_argument(
+        "--only",
+        type=_names,
+        default=None,
+        help="with --suite: comma-separated formula names (see --list)",
+    )
+    p.add_argument(
+        "--scale",
+        type=_positive_float,
+        default=1.0,
+        help="with --suite: multiply every index size by this (default 1)",
+    )
+    p.add_argument(
+        "--memory-limit",
+        type=_memory_limit,
+        default=None,
+        help=f"einslice's limit, also given to cotengra and torch_semiring_einsum "
+        f"(default: einslice's device default; {SUITE_MEMORY_LIMIT} with --suite)",
+    )
+    p.add_argument(
+        "--device-memory",
+        type=_memory_limit,
+        default=None,
+        help="bytes a run may use before it shows OOM (default: the GPU's "
+        "free memory, or half the available RAM on CPU)",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=_positive_float,
+        default=60.0,
+        help="skip runs estimated to take longer (default 60)",
+    )
+    p.add_argument(
+        "--repeats", type=_positive_int, default=5, help="most timed runs (default 5)"
+    )
+    p.add_argument("--dtype", default="float32", choices=_DTYPES)
+    p.add_argument(
+        "--out",
+        default="einslice-bench",
+        metavar="DIR",
+        help="where the .md, .csv and .png go (default ./einslice-bench)",
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar on stderr"
+    )
+    p.add_argument(
+        "--list", action="store_true", help="list methods and suite formulas, exit"
+    )
+
+
+# -- argument types: each raises ArgumentTypeError with the offending value ----
+
+
+def _positive_int(text: str) -> int:
+    """A positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    """A positive number."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number")
+    return value
+
+
+def _sizes(text: str) -> list[int]:
+    """``64,128,256`` -> [64, 128, 256]."""
+    parts = [t.strip() for t in text.split(",") if t.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r}: give sizes like 64,128,256")
+    sizes = []
+    for part in parts:
+        try:
+            sizes.append(_positive_int(part))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: {part!r} is not a positive integer (e.g. 64,128,256)"
+            ) from None
+    return sizes
+
+
+def _names(text: str) -> list[str]:
+    """``a,b`` -> ['a', 'b'] (non-empty)."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated names")
+    return names
+
+
+def _index_sizes(text: str) -> dict[str, int]:
+    """``i=4096,j=512`` -> {'i': 4096, 'j': 512}."""
+    out = {}
+    for part in text.split(","):
+        index, eq, size = part.partition("=")
+        index, size = index.strip(), size.strip()
+        if not eq or len(index) != 1 or not index.isalpha():
+            raise argparse.ArgumentTypeError(
+                f"{part!r} is not INDEX=SIZE with a one-letter index "
+                "(e.g. --shape i=4096)"
+            )
+        try:
+            out[index] = _positive_int(size)
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"size {size!r} of index {index!r} is not a positive integer"
+            ) from None
+    return out
+
+
+def _memory_limit(text: str) -> str:
+    """A memory size einslice understands (``512MB``, ``4GiB``, bytes)."""
+    import einslice
+
+    try:
+        einslice.parse_memory_limit(text)
+    except (ValueError, TypeError) as e:
+        raise argparse.ArgumentTypeError(" ".join(str(e).split())) from None
+    return text
+
+
+# -- commands -----------------------------------------------------------------
+
+
+def _unavailable(command: str, reason: str) -> int:
+    """Say that a command could not be loaded, and why."""
+    print(f"einslice {command}: unavailable ({reason})", file=sys.stderr)
+    return 1
+
+
+def _run_explain(args: argparse.Namespace, parser: _Parser) -> int:
+    """Print ``str(einslice.plan(...))`` for the formula and index sizes."""
+    import einslice
+
+    formula: str = args.formula.replace(" ", "")
+    if "..." in formula:
+        parser.error(f"{formula!r}: write '...' out as explicit indices to explain")
+    sizes: dict[str, int] = {}
+    for group in args.shape:
+        sizes.update(group)
+    lhs = formula.split("->")[0]
+    terms = lhs.split(",")
+    used = {c for term in terms for c in term}
+    if "->" in formula:
+        used |= set(formula.split("->", 1)[1])
+    bad = sorted(c for c in used if not c.isalpha())
+    if bad:
+        parser.error(f"{formula!r}: {bad[0]!r} is not an index letter")
+    missing = sorted(used - set(sizes))
+    if missing:
+        parser.error(
+            f"no size for {', '.join(map(repr, missing))}; "
+            f"add e.g. --shape {missing[0]}=1024"
+        )
+    unknown = sorted(set(sizes) - used)
+    if unknown:
+        parser.error(f"--shape gives {unknown[0]!r}, which {formula!r} does not use")
+    shapes = [tuple(sizes[c] for c in term) for term in terms]
+    try:
+        plan = einslice.plan(
+            formula,
+            *shapes,
+            memory_limit=args.memory_limit,
+            optimize=args.optimize,
+            dtype=args.dtype,
+        )
+    except einslice.EinsliceError as e:
+        parser.error(str(e))
+    print(plan)
+    return 0
+
+
+def _run_bench(args: argparse.Namespace, argv: Sequence[str], parser: _Parser) -> int:
+    """Run ``einslice bench``: the seed sweep, or the suite with --suite."""
+    from .bench import _methods, _suite
+
+    if args.list:
+        return _list_bench()
+    if args.suite and (args.sizes or args.formula):
+        parser.error("--sizes and --formula are for the sweep; with --suite use --only"
+                     " and --scale")  # fmt: skip
+    if not args.suite and (args.only or args.scale != 1.0):
+        parser.error("--only and --scale need --suite")
+    default = _methods.SUITE_METHODS if args.suite else _methods.SEED_METHODS
+    try:
+        methods = _methods.resolve_methods(args.methods or list(default))
+    except ValueError as e:
+        parser.error(f"--methods: {e}")
+    for name in args.methods or ():
+        if name.startswith("einslice@"):
+            try:
+                _memory_limit(name.split("@", 1)[1])
+            except argparse.ArgumentTypeError as e:
+                parser.error(f"--methods {name!r}: {e}")
+    suite_formulas = None
+    if args.suite:
+        formulas = _suite.suite()
+        if args.only:
+            known = {f.name: f for f in formulas}
+            unknown = [n for n in args.only if n not in known]
+            if unknown:
+                parser.error(f"--only: unknown formula {unknown[0]!r}; choose from: "
+                             + ", ".join(known))  # fmt: skip
+            formulas = [known[n] for n in args.only]
+        if args.scale != 1.0:
+            formulas = [f.scaled(args.scale) for f in formulas]
+        suite_formulas = formulas
+    formula_text = args.formula or _suite.SEED_SUBSCRIPTS
+    if not args.suite:
+        try:
+            _suite.seed_formula(2, formula_text)
+        except ValueError as e:
+            parser.error(f"--formula {formula_text!r}: {e}")
+    return _bench(args, argv, methods, suite_formulas, formula_text)
+
+
+def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
+    """Measure, report on the terminal, write the files (arguments are valid)."""
+    import jax
+
+    from einslice import parse_memory_limit
+
+    from .bench import _measure, _methods, _report, _run, _suite
+
+    if args.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    memory_limit = args.memory_limit
+    if args.suite and memory_limit is None:
+        memory_limit = SUITE_MEMORY_LIMIT
+    device = _measure.detect_device(
+        None if args.device_memory is None else parse_memory_limit(args.device_memory)
+    )
+    if suite_formulas is None:
+        sizes = args.sizes or (CPU_SIZES if device.platform == "cpu" else GPU_SIZES)
+        formulas = [_suite.seed_formula(n, formula_text) for n in sizes]
+    else:
+        formulas = suite_formulas
+    for method in methods:
+        why = method.missing()
+        if why is not None:
+            print(f"einslice bench: {method.name} is missing ({why}); the others "
+                  "run", file=sys.stderr)  # fmt: skip
+    gflops = _measure.matmul_gflops()
+    ctx = _methods.Context(
+        memory_limit,
+        None if memory_limit is None else parse_memory_limit(memory_limit),
+        device.memory,
+    )
+    cells = _run.run(
+        formulas,
+        methods,
+        ctx,
+        device,
+        matmul_gflops=gflops,
+        max_seconds=args.max_seconds,
+        repeats=args.repeats,
+        dtype=args.dtype,
+        progress=not args.no_progress,
+    )
+    title = (
+        "einslice bench --suite"
+        if args.suite
+        else f"einslice bench: {formulas[0].subscripts}"
+    )
+    header = _report.Header(
+        title=title,
+        command=shlex.join(["einslice", *argv]),
+        device=f"{device.name} ({device.platform})",
+        matmul_gflops=gflops,
+        device_memory=device.memory,
+        memory_limit=memory_limit,
+        dtype=args.dtype,
+        max_seconds=args.max_seconds,
+    )
+    if args.suite:
+        ours = next((m.name for m in methods if m.ours), "einslice")
+        peers = [m.name for m in methods if not m.ours]
+        equations = {f.name: f.equation for f in formulas}
+        markdown = _report.suite_markdown(cells, header, ours, peers, equations)
+        stem, plot = "suite", "suite"
+    else:
+        markdown = _report.sweep_markdown(cells, header)
+        stem = "seed" if formula_text == _suite.SEED_SUBSCRIPTS else "sweep"
+        plot = "sweep"
+    print(markdown)
+    paths = _report.write_outputs(args.out, stem, markdown, cells, gflops, plot)
+    print("wrote " + ", ".join(paths))
+    return 0
+
+
+def _list_bench() -> int:
+    """Print the methods and the suite's formulas."""
+    from .bench import _methods, _suite
+
+    print("methods:")
+    for name, method in _methods.all_methods().items():
+        print(f"  {name:24s} {method.description}")
+    print(f"  {'einslice@LIMIT':24s} einslice.einsum with memory_limit=LIMIT")
+    print("suite formulas:")
+    for f in _suite.suite():
+        print(f"  {f.name:16s} {f.equation:32s} {f.description}")
+    return 0
