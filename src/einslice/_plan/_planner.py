@@ -8,7 +8,7 @@ from .._errors import MemoryLimitError
 from ._cost import Body, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
 from ._order import find_path, to_steps
-from ._slice import choose_slicing
+from ._slice import Slicing, choose_slicing
 from ._types import SEMIRINGS, Cost, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
@@ -77,6 +77,9 @@ def make_plan(
         return Body(equation.terms, prepared, steps, output, semiring)
 
     base_body = body_of(base_path, list(sizes))
+    # Re-planning for each trial chunking uses the fast greedy search when the
+    # strategy is "auto"; the chosen chunking then gets one full search.
+    replanner = "greedy" if optimize in ("auto", True) else optimize
 
     def cost_fwd(chunks: dict[int, int]) -> Cost:
         best_body, best = base_body, evaluate(base_body, sizes, chunks, itemsize)
@@ -85,7 +88,7 @@ def make_plan(
             paths = [base_path]
             if replan:
                 paths.append(
-                    find_path(prepared, output, dict(enumerate(local)), optimize)
+                    find_path(prepared, output, dict(enumerate(local)), replanner)
                 )
             for path in paths:
                 body = body_of(path, local)
@@ -108,10 +111,17 @@ def make_plan(
             smallest_limit=forward.cost.peak_bytes,
             flops=forward.cost.flops,
         )
-    body = bodies.get(_key(forward.chunks)) or base_body
     if _key(forward.chunks) not in bodies:
         cost_fwd(forward.chunks)
-        body = bodies[_key(forward.chunks)]
+    body = bodies[_key(forward.chunks)]
+    if replan and forward.chunks and replanner != optimize:
+        local = chunked_sizes(sizes, forward.chunks)
+        full_search = body_of(
+            find_path(prepared, output, dict(enumerate(local)), optimize), local
+        )
+        cost = evaluate(full_search, sizes, forward.chunks, itemsize)
+        if _better(cost, forward.cost, memory_limit):
+            body, forward = full_search, Slicing(forward.chunks, cost, True)
     tangent = choose_slicing(
         lambda chunks: evaluate(body, sizes, chunks, itemsize, tangent=True),
         sizes,
