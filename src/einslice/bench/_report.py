@@ -308,35 +308,47 @@ def plot_sweep(path: str, cells: Sequence[Cell], title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for method in _methods(cells):
+    sizes = sorted({c.n for c in cells if c.n is not None})
+    any_oom = False
+    for k, method in enumerate(_methods(cells)):
+        style = _style(k)
         mine = [c for c in cells if c.method == method and c.n is not None]
         ran = [c for c in mine if c.ran and c.seconds]
-        (line,) = ax_t.plot(
-            [c.n for c in ran], [c.seconds for c in ran], "o-", label=method
-        )
-        mem = [c for c in ran if c.memory is not None]
-        ax_m.plot(
-            [c.n for c in mem], [max(c.memory or 0, 1) for c in mem], "o-",
-            color=line.get_color(), label=method,
-        )  # fmt: skip
+        ax_t.plot([c.n for c in ran], [c.seconds for c in ran], label=method, **style)
+        mem = [c for c in ran if c.memory]  # zero bytes has no place on a log axis
+        ax_m.plot([c.n for c in mem], [c.memory for c in mem], label=method, **style)
         oom = [c for c in mine if c.status == "oom" and c.needs]
         if oom:
-            ax_m.plot(
-                [c.n for c in oom], [c.needs for c in oom], "o--",
-                color=line.get_color(), markerfacecolor="none",
-            )  # fmt: skip
+            any_oom = True
+            hollow = {**style, "linestyle": ":", "markerfacecolor": "none"}
+            ax_m.plot([c.n for c in oom], [c.needs for c in oom], **hollow)
     for ax, label in ((ax_t, "median time (s)"), (ax_m, "temporary memory (bytes)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
+        ax.set_xticks(sizes, [str(n) for n in sizes])
         ax.set_xlabel("n")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-    ax_m.set_title("hollow: OOM, memory it would need", fontsize=9)
-    ax_t.legend(fontsize=8)
+    if any_oom:
+        ax_m.set_title("hollow, dotted: OOM, the memory it would need", fontsize=9)
+    ax_t.legend(fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def _style(k: int) -> dict[str, object]:
+    """Line style of the k-th method: 10 colours, then other markers and dashes."""
+    import matplotlib.pyplot as plt
+
+    colors = plt.get_cmap("tab10").colors  # type: ignore[attr-defined]
+    markers = "os^vD"
+    return {
+        "color": colors[k % 10],
+        "marker": markers[(k // 10) % len(markers)],
+        "linestyle": ("-", "--", "-.")[(k // 10) % 3],
+    }
 
 
 def plot_suite(path: str, cells: Sequence[Cell], title: str) -> None:
@@ -349,7 +361,6 @@ def plot_suite(path: str, cells: Sequence[Cell], title: str) -> None:
     formulas = list(dict.fromkeys(c.formula for c in cells))
     methods = _methods(cells)
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(formulas) + 1.6))
-    markers = "os^vD<>pP*Xh"
     for k, method in enumerate(methods):
         pts = [
             (c.seconds, formulas.index(c.formula))
@@ -357,8 +368,10 @@ def plot_suite(path: str, cells: Sequence[Cell], title: str) -> None:
             if c.method == method and c.ran and c.seconds
         ]
         if pts:
-            ax.plot(*zip(*pts, strict=True), markers[k % len(markers)], label=method,
-                    alpha=0.8)  # fmt: skip
+            style = {**_style(k), "linestyle": "none"}
+            if method.startswith("einslice"):
+                style |= {"marker": "*", "markersize": 11}
+            ax.plot(*zip(*pts, strict=True), label=method, alpha=0.8, **style)
     ax.set_yticks(range(len(formulas)), formulas)
     ax.invert_yaxis()
     ax.set_xscale("log")

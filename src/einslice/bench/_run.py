@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -97,6 +98,8 @@ def run(
     matmul_gflops: float,
     max_seconds: float = 60.0,
     repeats: int = 5,
+    budget: float = 2.0,
+    deadline: float | None = None,
     dtype: str = "float32",
     progress: bool = True,
 ) -> list[Cell]:
@@ -110,6 +113,10 @@ def run(
         matmul_gflops: this device's matmul throughput (for lower-bound estimates).
         max_seconds: a method estimated to take longer than this is skipped.
         repeats: most timed runs after the warm-up.
+        budget: seconds the timed runs of one cell may take together; a run
+            slower than this is measured once (its warm-up run).
+        deadline: a ``time.monotonic()`` instant; a run estimated to end after
+            it is skipped too, so that the whole benchmark ends in time.
         dtype: operand dtype.
         progress: show a tqdm progress bar on stderr.
 
@@ -133,11 +140,14 @@ def run(
                     cell.status, cell.note = "missing", str(missing[method.name])
                 else:
                     cost = formula.naive_flops() if method.naive else flops
+                    limit = max_seconds
+                    if deadline is not None:
+                        limit = min(limit, deadline - time.monotonic())
                     result = _run_one(
                         cell, method, formula, operands, ctx, device,
                         estimate=_estimate(previous.get(method.name), cost,
                                            matmul_gflops),
-                        max_seconds=max_seconds, repeats=repeats,
+                        max_seconds=limit, repeats=repeats, budget=budget,
                     )  # fmt: skip
                     if result is not None:
                         results[method.name] = result
@@ -177,6 +187,7 @@ def _run_one(
     estimate: float,
     max_seconds: float,
     repeats: int,
+    budget: float,
 ) -> np.ndarray | None:
     """Prepare, guard and time one method; fill ``cell``; return its result."""
     if estimate > max_seconds:
@@ -200,7 +211,7 @@ def _run_one(
         timing = time_call(
             runner.call,
             repeats=repeats,
-            budget=min(2.0, max_seconds),
+            budget=min(budget, max(max_seconds, 0.0)),
             probe=None if runner.memory is not None else runner.memory_source,
         )
     except Exception as e:  # report, keep benchmarking
