@@ -1,0 +1,122 @@
+"""The seed's table on a GPU in one call: n = 1024 ... 8192, under 8 minutes.
+
+Issue 6's GPU script. Methods, side by side in one process:
+
+- ``einslice[highest]``: ``einslice.einsum(..., precision="highest")``, full
+  float32 (the seed's A100 figure, 89.7 s at n=4096, is full float32);
+- ``einslice``: JAX's default precision (TF32 matmuls on recent NVIDIA GPUs);
+- the seed's ``scan_einsum`` (default precision, as published);
+- ``jnp.einsum``: shown as ``OOM (needs X GB)`` where XLA's compiled program
+  would not fit in the GPU's memory, instead of crashing.
+
+Each method's fraction of the GPU's measured float32 matmul throughput is given
+against the matmul of the same precision (HIGHEST for ``einslice[highest]``,
+default for the others). A run whose estimated time (extrapolated from the
+previous n) exceeds ``--max-seconds``, or would end after the deadline, is
+shown as ``skipped (est. X s)``, so the whole script ends in time. The goal:
+n=4096 in under 10 s at full float32 precision on an H100-class GPU.
+
+Usage: ``python benchmarks/gpu_seed.py [--sizes 1024,2048,4096,8192]``; writes
+``gpu_seed.md`` and ``gpu_seed.csv`` into ``$OUT`` if set, else
+``benchmarks/results/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from _common import RESULTS, environment_lines, import_einslice, seed_table, write
+
+METHODS = ["einslice[highest]", "einslice", "scan_einsum", "jnp.einsum"]
+TOTAL_SECONDS = 8 * 60
+"""The whole script's budget: the matmul measurements and runs together."""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1024,2048,4096,8192")
+    parser.add_argument("--max-seconds", type=float, default=60.0)
+    parser.add_argument("--total-seconds", type=float, default=TOTAL_SECONDS - 30)
+    parser.add_argument("--out", default=os.environ.get("OUT") or RESULTS)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    start = time.monotonic()
+
+    import jax
+
+    import_einslice()
+    from einslice.bench import _measure, _methods, _run, _suite
+
+    device = _measure.detect_device()
+    if device.platform == "cpu":
+        print("gpu_seed.py: no GPU visible to JAX (jax.devices() is CPU); running "
+              "anyway, but the figures are a CPU's")  # fmt: skip
+    env = environment_lines(device, [f"- JAX devices: {jax.devices()}"])
+    default_gflops = _measure.matmul_gflops()
+    highest_gflops = _measure.matmul_gflops(precision="highest")
+    methods = [
+        _methods.einslice_method(precision="highest"),
+        *_methods.resolve_methods(METHODS[1:]),
+    ]
+    assert [m.name for m in methods] == METHODS
+    ctx = _methods.Context(None, None, device.memory)
+    # first-size estimates divide the work by the faster (default-precision)
+    # matmul: a run is skipped on them only when even that would be too slow
+    cells = _run.run(
+        [_suite.seed_formula(n) for n in sizes],
+        methods,
+        ctx,
+        device,
+        matmul_gflops=default_gflops,
+        max_seconds=args.max_seconds,
+        repeats=5,
+        budget=10.0,
+        deadline=start + args.total_seconds,
+    )
+    matmul = dict.fromkeys(METHODS, default_gflops)
+    matmul["einslice[highest]"] = highest_gflops
+    lines = [
+        f"## Seed formula on {device.name}: einslice vs scan_einsum vs jnp.einsum",
+        "",
+        "- command: `python benchmarks/gpu_seed.py"
+        + (f" --sizes {args.sizes}`" if args.sizes != "1024,2048,4096,8192" else "`"),
+        *env,
+        f"- float32 matmul ({'8192' if device.platform != 'cpu' else '2048'}^2, "
+        f"jitted): {highest_gflops:.0f} GFLOP/s at precision=HIGHEST, "
+        f"{default_gflops:.0f} GFLOP/s at the default precision",
+        f"- memory a run may use: {device.memory / 1e9:.1f} GB; runs estimated "
+        f"over {args.max_seconds:g} s are skipped",
+        "- work counted as 2 n^4 FLOPs; % of matmul is against the matmul of the "
+        "same precision",
+        "",
+        seed_table(cells, METHODS, matmul),
+        "",
+        *_goal(cells),
+        "",
+        f"Total wall time: {time.monotonic() - start:.0f} s.",
+    ]
+    for c in cells:
+        if c.status in ("wrong", "error"):
+            lines.append(f"- {c.method} at n={c.n}: {c.status} {c.note} "
+                         f"(rel. error {c.rel_error})")  # fmt: skip
+    markdown = "\n".join(lines) + "\n"
+    print(markdown)
+    print("wrote", *write(args.out, "gpu_seed", markdown, cells, default_gflops))
+
+
+def _goal(cells):
+    """Issue 6's goal: n=4096 in under 10 s at full float32 precision."""
+    for c in cells:
+        if c.method == "einslice[highest]" and c.n == 4096:
+            if c.ran and c.seconds is not None:
+                ok = "met" if c.seconds < 10 else "NOT met"
+                return [f"- goal, n=4096 at full float32 in under 10 s: {ok} "
+                        f"({c.seconds:.2f} s; the seed's A100: 89.7 s)"]  # fmt: skip
+            return [f"- goal, n=4096 at full float32: {c.status}"]
+    return []
+
+
+if __name__ == "__main__":
+    main()
