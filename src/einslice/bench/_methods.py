@@ -101,6 +101,9 @@ class Method:
         modules: imported lazily; when one is missing the method is reported.
         naive: True when the work is the full nested loop (vmap_einsum and the
             like), for estimating run times.
+        speed: the fraction of the matmul throughput the method reaches at best
+            on its work (a ballpark measured on CPU); it turns the work into a
+            first time estimate before the method has run once.
         ours: True for einslice's own methods (they are not "peers").
     """
 
@@ -110,6 +113,7 @@ class Method:
     modules: tuple[str, ...] = ()
     naive: bool = False
     ours: bool = False
+    speed: float = 1.0
 
     def missing(self) -> str | None:
         """Why the method cannot be imported, or None when it can."""
@@ -387,12 +391,12 @@ def all_methods() -> dict[str, Method]:
     methods = [
         einslice_method(),
         Method("naive_einsum", "einslice.naive_einsum (vmap/scan, no intermediate)",
-               _naive_einsum, naive=True, ours=True),
+               _naive_einsum, naive=True, ours=True, speed=0.1),
         Method("jnp.einsum", "jnp.einsum, default optimize", _jnp_einsum("auto")),
         Method("jnp.einsum-greedy", 'jnp.einsum(optimize="greedy")',
                _jnp_einsum("greedy")),
         Method("vmap_einsum", "the seed's vmap_einsum (seed formula only)",
-               _seed_baseline("vmap_einsum"), naive=True),
+               _seed_baseline("vmap_einsum"), naive=True, speed=0.1),
         Method("scan_einsum", "the seed's scan_einsum (seed formula only)",
                _seed_baseline("scan_einsum")),
         Method("opt_einsum", "opt_einsum.contract on numpy", _opt_einsum,
@@ -403,7 +407,8 @@ def all_methods() -> dict[str, Method]:
                _cotengra("jax"), ("cotengra",)),
         Method("torch.einsum", "torch.einsum (CPU)", _torch_einsum, ("torch",)),
         Method("torch_semiring_einsum", "torch_semiring_einsum.einsum (blocked)",
-               _torch_semiring, ("torch", "torch_semiring_einsum"), naive=True),
+               _torch_semiring, ("torch", "torch_semiring_einsum"), naive=True,
+               speed=0.01),
     ]  # fmt: skip
     return {m.name: m for m in methods}
 

@@ -146,7 +146,7 @@ def run(
                     result = _run_one(
                         cell, method, formula, operands, ctx, device,
                         estimate=_estimate(previous.get(method.name), cost,
-                                           matmul_gflops),
+                                           matmul_gflops * method.speed),
                         max_seconds=limit, repeats=repeats, budget=budget,
                     )  # fmt: skip
                     if result is not None:
@@ -167,8 +167,9 @@ def run(
 def _estimate(prev: _Previous | None, cost: float, matmul_gflops: float) -> float:
     """Predicted seconds: the previous time scaled by cost, at least cost / peak.
 
-    The lower bound (this work at the device's matmul throughput) is what no
-    method beats; it decides for the first formula a method sees.
+    ``matmul_gflops`` is the best this method reaches (the device's matmul
+    throughput times the method's ``speed``); the bound it gives decides for
+    the first formula a method sees.
     """
     bound = cost / (matmul_gflops * 1e9) if matmul_gflops > 0 else 0.0
     if prev is None or prev.cost <= 0:
