@@ -5,7 +5,15 @@ from __future__ import annotations
 from math import prod
 
 from ._memory import format_bytes
+from ._slice import summed_chunk_count
 from ._types import Plan
+
+# The collectives that combine devices' partial outputs, per semiring.
+_ALL_REDUCE = {
+    "sum": "psum",
+    "log": "pmax + psum (log-add-exp)",
+    "max": "pmax",
+}
 
 
 def describe(plan: Plan) -> str:
@@ -41,6 +49,7 @@ def describe(plan: Plan) -> str:
             f"  Gradient: chunks {{{tangent or 'none'}}}, predicted peak "
             f"{format_bytes(plan.tangent_cost.peak_bytes)}"
         )
+    lines.extend(_devices(plan))
     lines.append(f"      Path: {list(plan.path)}")
     if plan.steps:
         lines.append("")
@@ -59,3 +68,32 @@ def describe(plan: Plan) -> str:
             out = prod(local[i] for i in step.result) * plan.itemsize
             lines.append(f"  {s:>4}  {text:<40} {flops:>12.3g} {format_bytes(out):>10}")
     return "\n".join(lines)
+
+
+def _devices(plan: Plan) -> list[str]:
+    """Each device's share of the summed chunks, and the bytes all-reduced."""
+    if plan.devices <= 1:
+        return []
+    eq = plan.equation
+    where = f"{plan.devices} devices along mesh axis {plan.mesh_axis or 'devices'!r}"
+    if not any(i not in eq.output for i, _ in plan.chunks):
+        return [
+            f"   Devices: {where} given, but {eq.text()!r} sums no index to "
+            "split: runs unsharded on one device"
+        ]
+    out_bytes = prod(eq.sizes[i] for i in eq.output) * plan.itemsize
+    reduced = out_bytes * (2 if plan.semiring == "log" else 1)
+    shares = []
+    for chunks in (plan.chunks, plan.tangent_chunks):
+        total = summed_chunk_count(eq.sizes, eq.output, dict(chunks))
+        share = -(-total // plan.devices)
+        idle = share * plan.devices - total
+        skipped = f", {idle} padding skipped" if idle else ""
+        shares.append(f"{share} of the {total} summed chunks{skipped}")
+    return [
+        f"   Devices: {where}; each scans {shares[0]} per output block "
+        f"(gradient pass: {shares[1]})",
+        f" All-reduce: {format_bytes(reduced)} per device per call "
+        f"({_ALL_REDUCE[plan.semiring]} of the output; the gradient pass adds "
+        f"a psum of {format_bytes(out_bytes)})",
+    ]

@@ -8,7 +8,7 @@ from .._errors import MemoryLimitError
 from ._cost import Body, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
 from ._order import find_path, to_steps
-from ._slice import Slicing, choose_slicing
+from ._slice import Slicing, choose_slicing, spread_chunks
 from ._types import SEMIRINGS, Cost, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
@@ -47,6 +47,7 @@ def make_plan(
     memory_limit: int,
     optimize: object,
     semiring: str,
+    devices: int = 1,
 ) -> Plan:
     """Plan a contraction: pairwise path, sliced indices and chunk sizes.
 
@@ -57,6 +58,8 @@ def make_plan(
         memory_limit: peak temporary bytes allowed.
         optimize: path strategy name, bool, explicit path tuple or optimizer.
         semiring: "sum", "log" or "max".
+        devices: how many devices split the summed chunks; with more than one,
+            a summed index is sliced (finer) until each device has a chunk.
 
     Returns:
         The fastest plan found whose predicted peak fits the limit.
@@ -129,6 +132,8 @@ def make_plan(
         memory_limit,
         explore_when_fits=False,
     )
+    if devices > 1:
+        forward, tangent = _spread(body, sizes, itemsize, forward, tangent, devices)
     pairs = _path_of(body)
     return Plan(
         equation=equation,
@@ -144,7 +149,28 @@ def make_plan(
         naive_flops=naive_flops(equation.terms, sizes),
         memory_limit=memory_limit,
         dtype=dtype,
+        devices=devices,
     )
+
+
+def _spread(
+    body: Body,
+    sizes: tuple[int, ...],
+    itemsize: int,
+    forward: Slicing,
+    tangent: Slicing,
+    devices: int,
+) -> tuple[Slicing, Slicing]:
+    """Re-slice both passes so that every device gets summed chunks to scan."""
+    indices = [i for t in body.terms for i in t]
+    out = []
+    for chosen, is_tangent in ((forward, False), (tangent, True)):
+        chunks = spread_chunks(sizes, body.output, indices, chosen.chunks, devices)
+        if chunks != chosen.chunks:
+            cost = evaluate(body, sizes, chunks, itemsize, tangent=is_tangent)
+            chosen = Slicing(chunks, cost, chosen.fits)
+        out.append(chosen)
+    return out[0], out[1]
 
 
 def _key(chunks: dict[int, int]) -> tuple[int, ...]:

@@ -137,3 +137,63 @@ def _grow(
         if trial_cost.peak_bytes <= limit and ranking(trial_cost) < ranking(cost):
             chunks, cost = trial, trial_cost
     return Slicing(chunks, cost, fits=True)
+
+
+def summed_chunk_count(
+    sizes: Sequence[int], output: Sequence[int], chunks: dict[int, int]
+) -> int:
+    """How many chunks the summed (non-output) sliced indices make.
+
+    This is the grid that devices split between them.
+
+    Example:
+        >>> summed_chunk_count([8, 6], [0], {0: 4, 1: 4})  # index 1 is summed
+        2
+    """
+    count = 1
+    for index, chunk in chunks.items():
+        if index not in output:
+            count *= -(-sizes[index] // chunk)
+    return count
+
+
+def spread_chunks(
+    sizes: Sequence[int],
+    output: Sequence[int],
+    indices: Sequence[int],
+    chunks: dict[int, int],
+    devices: int,
+) -> dict[int, int]:
+    """Chunks whose summed grid has at least ``devices`` chunks.
+
+    A plan that fits one device may slice no summed index, or too few chunks
+    for every device to get one. Then the largest summed index is cut finer,
+    into the fewest chunks that reach ``devices`` and, where the size allows,
+    a multiple of it (so no device idles). Smaller chunks never raise the
+    peak, so the result still fits the limit. Unchanged when there are enough
+    chunks already, one device, or no summed index (nothing to split).
+
+    Example:
+        >>> spread_chunks([10, 12], [0], [0, 1], {}, 4)  # slice index 1 in 4
+        {1: 3}
+    """
+    summed = [i for i in dict.fromkeys(indices) if i not in output and sizes[i] > 1]
+    count = summed_chunk_count(sizes, output, chunks)
+    if devices <= 1 or not summed or count >= devices:
+        return chunks
+    index = max(summed, key=lambda i: sizes[i])
+    size = sizes[index]
+    others = count // -(-size // chunks.get(index, size))
+    first: int | None = None
+    for pieces in range(1, size + 1):
+        chunk = -(-size // pieces)
+        total = -(-size // chunk) * others
+        if total < devices:
+            continue
+        if total % devices == 0:
+            return {**chunks, index: chunk}
+        first = chunk if first is None else first
+        if total > 4 * devices:
+            break
+    chunk = first if first is not None else 1
+    return {**chunks, index: chunk}

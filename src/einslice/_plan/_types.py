@@ -95,6 +95,12 @@ class Plan:
     naive_flops: int
     memory_limit: int
     dtype: str = field(default="float32")
+    # Many devices: the summed chunk grid is split across ``devices`` along
+    # ``mesh_axis`` of ``mesh`` (a ``jax.sharding.Mesh``, kept opaque here so
+    # planning never imports JAX; None means the first ``devices`` devices).
+    devices: int = 1
+    mesh: object = None
+    mesh_axis: str | None = None
 
     @property
     def sliced(self) -> dict[str, int]:
