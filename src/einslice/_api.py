@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from functools import cache, lru_cache, partial
@@ -44,6 +45,9 @@ def einsum(
     precision=None,
     preferred_element_type=None,
     semiring: str = "sum",
+    devices: int | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+    mesh_axis: str | None = None,
     _dot_general=None,
 ) -> jax.Array:
     """Evaluate an einsum like ``jnp.einsum``, within a memory limit.
@@ -64,6 +68,11 @@ def einsum(
         preferred_element_type: accumulation and result dtype, as in jnp.
         semiring: ``"sum"``; ``"log"`` (operands are logs: log Σ exp Σ);
             ``"max"`` (max-plus: max Σ).
+        devices: split the summed chunks across the first ``devices`` of
+            ``jax.devices()`` (each within ``memory_limit``), then all-reduce.
+        mesh: or split them along one axis of this ``jax.sharding.Mesh``
+            (it may span hosts under ``jax.distributed``).
+        mesh_axis: the mesh axis to use; default the mesh's first axis.
 
     Returns:
         What ``jnp.einsum`` returns for the same arguments (for "sum").
@@ -87,7 +96,10 @@ def einsum(
         )
     del _dot_general  # jnp.einsum's private hook; einslice plans its own steps
     arrays, spec = _split(subscripts, operands)
-    p = _plan(spec, arrays, memory_limit, optimize, semiring, preferred_element_type)
+    target = _target(devices, mesh, mesh_axis)
+    p = _plan(
+        spec, arrays, memory_limit, optimize, semiring, preferred_element_type, target
+    )
     return execute_plan(p, arrays, precision, preferred_element_type)
 
 
@@ -122,6 +134,9 @@ def plan(
     semiring: str = "sum",
     dtype=None,
     preferred_element_type=None,
+    devices: int | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+    mesh_axis: str | None = None,
 ) -> Plan:
     """Plan an einsum without running it; call the plan to run it.
 
@@ -133,6 +148,9 @@ def plan(
         semiring: as for ``einsum``.
         dtype: the dtype of operands given as shape tuples (default float32).
         preferred_element_type: as for ``einsum``.
+        devices: as for ``einsum``; calling the plan then runs on them.
+        mesh: as for ``einsum``.
+        mesh_axis: as for ``einsum``.
 
     Returns:
         A Plan: ``.path``, ``.sliced``, ``.flops``, ``.naive_flops``,
@@ -154,7 +172,10 @@ def plan(
         spec = parse_subscripts(subscripts, len(arrays))
     else:
         _, spec = parse_interleaved([subscripts, *operands])
-    return _plan(spec, arrays, memory_limit, optimize, semiring, preferred_element_type)
+    target = _target(devices, mesh, mesh_axis)
+    return _plan(
+        spec, arrays, memory_limit, optimize, semiring, preferred_element_type, target
+    )
 
 
 def execute_plan(
@@ -183,7 +204,51 @@ def _run(p: Plan, config: Config, *operands) -> jax.Array:
         return contract(p, config, *arrays)
 
 
-def _plan(spec: Spec, arrays, memory_limit, optimize, semiring, pet) -> Plan:
+def _target(devices, mesh, mesh_axis) -> tuple[int, object, str | None]:
+    """Check the device arguments: (device count, mesh or None, mesh axis)."""
+    if devices is not None and mesh is not None:
+        raise EinsliceError(
+            f"devices={devices!r} and mesh={mesh!r} were both given; pass one: "
+            "devices=N for the first N devices, or mesh= (with mesh_axis=)."
+        )
+    if mesh is not None:
+        if not isinstance(mesh, jax.sharding.Mesh):
+            raise EinsliceError(
+                f"mesh={mesh!r} is not a jax.sharding.Mesh; build one with "
+                "jax.make_mesh((n,), ('x',)) or pass devices=n instead."
+            )
+        axis = mesh.axis_names[0] if mesh_axis is None else mesh_axis
+        if axis not in mesh.axis_names:
+            raise EinsliceError(
+                f"mesh_axis={mesh_axis!r} is not an axis of the mesh "
+                f"{list(mesh.axis_names)}; pass one of those names."
+            )
+        return int(mesh.shape[axis]), mesh, str(axis)
+    if mesh_axis is not None:
+        raise EinsliceError(
+            f"mesh_axis={mesh_axis!r} was given without mesh=; pass the mesh too, "
+            "or use devices=N (a 1-D mesh of the first N devices)."
+        )
+    if devices is None:
+        return 1, None, None
+    available = len(jax.devices())
+    if (
+        isinstance(devices, bool)
+        or not isinstance(devices, int | np.integer)
+        or not 1 <= devices <= available
+    ):
+        raise EinsliceError(
+            f"devices={devices!r} is not a device count between 1 and the "
+            f"{available} available (jax.devices()); pass such an int, or None "
+            "for one device. (On CPU, XLA_FLAGS=--xla_force_host_platform_"
+            "device_count=N set before importing jax simulates N devices.)"
+        )
+    return int(devices), None, None
+
+
+def _plan(
+    spec: Spec, arrays, memory_limit, optimize, semiring, pet, target=(1, None, None)
+) -> Plan:
     if semiring not in SEMIRINGS:
         raise EinsliceError(
             f"semiring={semiring!r} is not one of {list(SEMIRINGS)}; 'sum' is the "
@@ -198,7 +263,8 @@ def _plan(spec: Spec, arrays, memory_limit, optimize, semiring, pet) -> Plan:
         if memory_limit is None
         else parse_memory_limit(memory_limit)
     )
-    return _cached_plan(
+    devices, mesh, mesh_axis = target
+    p = _cached_plan(
         equation,
         itemsize,
         dtype.name,
@@ -206,12 +272,20 @@ def _plan(spec: Spec, arrays, memory_limit, optimize, semiring, pet) -> Plan:
         optimize_key(optimize),
         optimize,
         semiring,
+        devices,
     )
+    if mesh is not None:
+        p = dataclasses.replace(p, mesh=mesh, mesh_axis=mesh_axis)
+    return p
 
 
 @lru_cache(maxsize=1024)
-def _plan_cache(equation, itemsize, dtype, limit, key, semiring, holder) -> Plan:
-    return make_plan(equation, itemsize, dtype, limit, holder.optimize, semiring)
+def _plan_cache(
+    equation, itemsize, dtype, limit, key, semiring, holder, devices=1
+) -> Plan:
+    return make_plan(
+        equation, itemsize, dtype, limit, holder.optimize, semiring, devices
+    )
 
 
 class _Holder:
@@ -241,11 +315,15 @@ def _hashable(x) -> bool:
     return True
 
 
-def _cached_plan(equation, itemsize, dtype, limit, key, optimize, semiring) -> Plan:
+def _cached_plan(
+    equation, itemsize, dtype, limit, key, optimize, semiring, devices=1
+) -> Plan:
     holder = _Holder(key, optimize if not isinstance(optimize, list) else key[1])
     if isinstance(optimize, list | tuple):
         holder.optimize = key[1]
-    return _plan_cache(equation, itemsize, dtype, limit, None, semiring, holder)
+    return _plan_cache(
+        equation, itemsize, dtype, limit, None, semiring, holder, devices
+    )
 
 
 def _compute_dtype(arrays, semiring: str) -> np.dtype:

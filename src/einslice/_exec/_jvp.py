@@ -23,18 +23,35 @@ from .._errors import MemoryLimitError
 from .._plan._memory import format_bytes
 from .._plan._types import Plan
 from . import _semiring
-from ._scan import chunk_body, sweep
+from ._scan import Part, chunk_body, sweep
 from ._semiring import Config
+from ._shard import all_reduce, split, splits, tangent_reduce
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def contract(plan: Plan, config: Config, *operands: jax.Array) -> jax.Array:
     """Run ``plan`` on prepared operands (squeezed, in the compute dtype)."""
+    if splits(plan, plan.chunks):
+
+        def run(part, *ops):
+            return forward(plan, config, ops, part)
+
+        return split(
+            plan, plan.chunks, run, partial(all_reduce, plan.semiring), operands
+        )
     return forward(plan, config, operands)
 
 
-def forward(plan: Plan, config: Config, operands: Sequence[jax.Array]) -> jax.Array:
-    """The forward sweep: combine each chunk's block in the semiring."""
+def forward(
+    plan: Plan,
+    config: Config,
+    operands: Sequence[jax.Array],
+    part: Part | None = None,
+) -> jax.Array:
+    """The forward sweep: combine each chunk's block in the semiring.
+
+    With ``part``, only that share of the summed chunks (one device's).
+    """
     chunks = dict(plan.chunks)
     semiring = plan.semiring
     dtype = _out_dtype(plan, config, operands)
@@ -48,7 +65,7 @@ def forward(plan: Plan, config: Config, operands: Sequence[jax.Array]) -> jax.Ar
 
     if not chunks:
         return chunk_body(plan, chunks, operands, {}, {}, config).astype(dtype)
-    return sweep(plan, chunks, dtype, init, step, lambda acc, _: acc)
+    return sweep(plan, chunks, dtype, init, step, lambda acc, _: acc, part=part)
 
 
 @contract.defjvp
@@ -64,6 +81,14 @@ def _contract_jvp(plan: Plan, config: Config, primals, tangents):
             flops=plan.tangent_cost.flops,
         )
     out = contract(plan, config, *primals)
+    if splits(plan, plan.tangent_chunks):
+
+        def run(part, primals, tangents, out):
+            return tangent_sweep(plan, config, primals, tangents, out, part)
+
+        reduce = partial(tangent_reduce, plan.semiring)
+        args = (tuple(primals), tuple(tangents), out)
+        return out, split(plan, plan.tangent_chunks, run, reduce, args)
     return out, tangent_sweep(plan, config, primals, tangents, out)
 
 
@@ -73,12 +98,15 @@ def tangent_sweep(
     primals: Sequence[jax.Array],
     tangents: Sequence[jax.Array],
     out: jax.Array,
+    part: Part | None = None,
 ) -> jax.Array:
     """The output tangent, one chunk at a time.
 
     "sum" adds the chunks' tangents; "log" weights each by its share of the
     total, exp(chunk − out); "max" takes the tangent of the first chunk that
-    attains the maximum.
+    attains the maximum. With ``part`` (one device's share of the summed
+    chunks), "max" returns ``(tangent, taken)`` so that devices can agree on
+    the first (see ``_shard.tangent_reduce``).
     """
     chunks = dict(plan.tangent_chunks)
     semiring = plan.semiring
@@ -115,12 +143,15 @@ def tangent_sweep(
         hit = (value == total) & ~taken
         return acc + jnp.where(hit, tangent, 0), taken | hit
 
+    keep_taken = semiring == "max" and part is not None
+
     def finish(carry, _starts):
-        return carry[0] if semiring == "max" else carry
+        return carry[0] if semiring == "max" and not keep_taken else carry
 
     if not chunks:
         return finish(step(init(out.shape, {}), {}, {}), {})
-    return sweep(plan, chunks, out.dtype, init, step, finish, checkpoint=True)
+    dtype = (out.dtype, jnp.dtype(bool)) if keep_taken else out.dtype
+    return sweep(plan, chunks, dtype, init, step, finish, checkpoint=True, part=part)
 
 
 def _out_dtype(plan: Plan, config: Config, operands: Sequence[jax.Array]):

@@ -11,7 +11,9 @@ blocks need no mask, since rewriting the same values is harmless.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from math import prod
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -102,6 +104,18 @@ Step = Callable[[object, Starts, Valid], object]
 Finish = Callable[[object, Starts], jax.Array]
 
 
+class Part(NamedTuple):
+    """One device's share of the summed grid: chunk numbers [start, start + count).
+
+    ``axes`` names the mesh axes over which ``start`` varies (under
+    ``shard_map``), so that fresh carries can be marked varying the same way.
+    """
+
+    start: jax.Array
+    count: int
+    axes: tuple[str, ...] = ()
+
+
 def sweep(
     plan: Plan,
     chunks: dict[int, int],
@@ -110,11 +124,18 @@ def sweep(
     step: Step,
     finish: Finish,
     checkpoint: bool = False,
+    part: Part | None = None,
 ) -> jax.Array:
     """Loop ``step`` over all chunks and assemble the full output.
 
     For each output block: ``init`` makes a carry, ``step`` folds in each
-    summed chunk, ``finish`` turns the carry into the block.
+    summed chunk, ``finish`` turns the carry into the block (an array, or a
+    tuple of arrays with ``out_dtype`` a matching tuple of dtypes).
+
+    With ``part``, only summed chunk numbers [start, start + count) are
+    folded in (one device's share, see ``_shard.py``); numbers past the grid
+    are clamped to stay in bounds and their step is dropped, leaving the
+    carry as it was (the semiring's zero when nothing else was folded in).
     """
     eq = plan.equation
     sizes = eq.sizes
@@ -126,17 +147,27 @@ def sweep(
         return prod(-(-sizes[i] // chunks[i]) for i in indices)
 
     def block(out_starts: Starts) -> jax.Array:
-        carry = init(block_shape, out_starts)
+        carry = _varying_like(part, init(block_shape, out_starts))
         if not sum_indices:
             return finish(step(carry, out_starts, {}), out_starts)
 
+        total = count(sum_indices)
+
         def body(carry, t):
-            starts, valid = chunk_grid(sizes, chunks, sum_indices, t)
-            return step(carry, {**out_starts, **starts}, valid), None
+            starts, valid = chunk_grid(
+                sizes, chunks, sum_indices, jnp.minimum(t, total - 1)
+            )
+            new = step(carry, {**out_starts, **starts}, valid)
+            if part is not None:
+                new = jax.tree.map(partial(jnp.where, t < total), new, carry)
+            return new, None
 
         if checkpoint:
             body = jax.checkpoint(body)
-        carry, _ = lax.scan(body, carry, jnp.arange(count(sum_indices)))
+        numbers = (
+            jnp.arange(total) if part is None else part.start + jnp.arange(part.count)
+        )
+        carry, _ = lax.scan(body, carry, numbers)
         return finish(carry, out_starts)
 
     if not out_indices:
@@ -145,10 +176,23 @@ def sweep(
     def outer(out, t):
         starts, _ = chunk_grid(sizes, chunks, out_indices, t)
         where = [starts.get(i, jnp.zeros((), jnp.int32)) for i in eq.output]
-        return lax.dynamic_update_slice(out, block(starts), where), None
+        write = partial(lax.dynamic_update_slice, start_indices=where)
+        return jax.tree.map(write, out, block(starts)), None
 
     if checkpoint:
         outer = jax.checkpoint(outer)
-    full = jnp.zeros(tuple(sizes[i] for i in eq.output), out_dtype)
+    shape = tuple(sizes[i] for i in eq.output)
+    full = _varying_like(part, jax.tree.map(partial(jnp.zeros, shape), out_dtype))
     out, _ = lax.scan(outer, full, jnp.arange(count(out_indices)))
     return out
+
+
+def _varying_like(part: Part | None, carry):
+    """Mark a fresh carry as varying over the share's mesh axes.
+
+    Under ``shard_map`` a carry built from constants is the same on every
+    device, but after one step it differs; ``lax.scan`` needs equal types.
+    """
+    if part is None or not part.axes:
+        return carry
+    return jax.tree.map(lambda x: lax.pcast(x, part.axes, to="varying"), carry)
