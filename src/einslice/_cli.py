@@ -8,6 +8,7 @@ line on stderr and exit code 2.
 from __future__ import annotations
 
 import argparse
+import importlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -96,8 +97,9 @@ def _build_parser() -> tuple[_Parser, dict]:
     )
     commands["explain"] = lambda args, argv: _run_explain(args, explain)
 
-    try:
-        from .pgm._cli import add_uai_parser, run_uai
+    try:  # written separately; imported by name so a missing module is not fatal
+        pgm_cli = importlib.import_module("einslice.pgm._cli")
+        add_uai_parser, run_uai = pgm_cli.add_uai_parser, pgm_cli.run_uai
     except Exception as e:  # not built yet, or broken: say so when asked
         reason = " ".join(f"{type(e).__name__}: {e}".split())
         stub = sub.add_parser("uai", help="(unavailable) inference on .uai models")

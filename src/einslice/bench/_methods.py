@@ -298,14 +298,15 @@ def _cotengra_tree(formula: Formula, operands: Operands, ctx: Context) -> object
         target = max(1, limit // (3 * _itemsize(operands)))
         lhs, out = _symbols(formula).split("->")
         sizes = formula.size_dict
-        optimizer = cotengra.HyperOptimizer(
-            methods=["greedy"],  # "labels" forks worker processes (unsafe with JAX)
-            slicing_reconf_opts={"target_size": target},
-            max_repeats=64,
-            max_time=10,
-            parallel=False,
-            progbar=False,
-        )
+        options: dict[str, object] = {
+            "methods": ["greedy"],  # "labels" forks worker processes (unsafe with JAX)
+            "slicing_reconf_opts": {"target_size": target},
+            "max_repeats": 64,
+            "max_time": 10,
+            "parallel": False,
+            "progbar": False,
+        }
+        optimizer = cotengra.HyperOptimizer(**options)  # type: ignore[arg-type]
         symbol_sizes = {
             s: sizes[label] for s, label in zip(_symbols_of(formula), formula.labels,
                                                  strict=True)

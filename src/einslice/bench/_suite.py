@@ -179,7 +179,7 @@ def from_subscripts(
     sizes: dict[str, int],
     *,
     ellipsis: str = "",
-    flops: Callable[[dict[str, int]], float] | None = None,
+    flops: Callable[[dict[Label, int]], float] | None = None,
 ) -> Formula:
     """Build a :class:`Formula` from a subscripts string and index sizes.
 
