@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from math import prod
 
 import jax
 import jax.numpy as jnp
@@ -168,19 +169,95 @@ def _result_shift(shift_l, shift_r, dims: DimensionNumbers) -> jax.Array:
 
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def log_dot(left, right, dims: DimensionNumbers, precision) -> jax.Array:
-    """log-sum-exp contraction on the matrix unit (see the module docstring)."""
-    _, _, total, shift = _log_dot_parts(left, right, dims, precision)
-    return jnp.log(total) + shift
+    """log-sum-exp contraction on the matrix unit (see the module docstring).
+
+    Shifting each side by its own max keeps every exponential ≤ 1, but when the
+    two sides peak at different contracted positions every product can
+    underflow, and the result would be a wrong -inf (or a denormal). Those
+    entries are detected (tiny total where some contracted position has both
+    sides finite) and recomputed exactly by a loop over the contracted
+    positions; the check costs nothing unless a total is tiny.
+    """
+    out, _ = _log_dot_jvp_impl(left, right, None, None, dims, precision)
+    return out
 
 
 @log_dot.defjvp
 def _log_dot_jvp(dims, precision, primals, tangents):
     (left, right), (t_left, t_right) = primals, tangents
+    return _log_dot_jvp_impl(left, right, t_left, t_right, dims, precision)
+
+
+def _log_dot_jvp_impl(left, right, t_left, t_right, dims, precision):
     exp_l, exp_r, total, shift = _log_dot_parts(left, right, dims, precision)
     out = jnp.log(total) + shift
-    safe = jnp.where(total > 0, total, jnp.ones_like(total))
-    tangent = lax.dot_general(exp_l * t_left, exp_r, dims, precision=precision)
-    tangent = tangent + lax.dot_general(
-        exp_l, exp_r * t_right, dims, precision=precision
+    tangent = None
+    if t_left is not None:
+        safe = jnp.where(total > 0, total, jnp.ones_like(total))
+        tangent = lax.dot_general(exp_l * t_left, exp_r, dims, precision=precision)
+        tangent = tangent + lax.dot_general(
+            exp_l, exp_r * t_right, dims, precision=precision
+        )
+        tangent = tangent / safe
+    tiny = jnp.finfo(total.dtype).tiny
+
+    def repair(values):
+        finite_l = jnp.isfinite(left).astype(total.dtype)
+        finite_r = jnp.isfinite(right).astype(total.dtype)
+        support = lax.dot_general(finite_l, finite_r, dims, precision=precision)
+        bad = (total < tiny) & (support > 0)
+
+        def exact(values):
+            fixed = _exact_log_dot(left, right, t_left, t_right, dims)
+            return jax.tree.map(lambda f, v: jnp.where(bad, f, v), fixed, values)
+
+        return lax.cond(jnp.any(bad), exact, lambda v: v, values)
+
+    values = (out, tangent) if tangent is not None else (out, jnp.zeros_like(out))
+    out, tangent_or_zero = lax.cond(jnp.any(total < tiny), repair, lambda v: v, values)
+    return out, (tangent_or_zero if tangent is not None else None)
+
+
+def _exact_log_dot(left, right, t_left, t_right, dims: DimensionNumbers):
+    """Log Σ exp(left + right) and its tangent, one contracted position at a time."""
+    (left_c, right_c), (left_b, right_b) = dims
+    left_f = [a for a in range(left.ndim) if a not in left_c and a not in left_b]
+    right_f = [a for a in range(right.ndim) if a not in right_c and a not in right_b]
+    shape = (
+        [left.shape[a] for a in left_b]
+        + [left.shape[a] for a in left_f]
+        + [right.shape[a] for a in right_f]
     )
-    return out, tangent / safe
+    n_b = prod(left.shape[a] for a in left_b)
+    n_m = prod(left.shape[a] for a in left_f)
+    n_n = prod(right.shape[a] for a in right_f)
+    n_k = prod(left.shape[a] for a in left_c)
+
+    def as_lhs(x):
+        return jnp.transpose(x, (*left_b, *left_c, *left_f)).reshape(n_b, n_k, n_m)
+
+    def as_rhs(x):
+        return jnp.transpose(x, (*right_b, *right_c, *right_f)).reshape(n_b, n_k, n_n)
+
+    lhs, rhs = as_lhs(left), as_rhs(right)
+
+    def term(k):
+        return lhs[:, k, :, None] + rhs[:, k, None, :]
+
+    def add_term(acc, k):
+        return jnp.logaddexp(acc, term(k)), None
+
+    init = jnp.full((n_b, n_m, n_n), -jnp.inf, lhs.dtype)
+    out, _ = lax.scan(add_term, init, jnp.arange(n_k))
+    if t_left is None:
+        return out.reshape(shape), jnp.zeros(shape, out.dtype)
+    t_lhs, t_rhs = as_lhs(t_left), as_rhs(t_right)
+    finite = jnp.isfinite(out)
+    base = jnp.where(finite, out, 0)
+
+    def add_tangent(acc, k):
+        weight = jnp.where(finite, jnp.exp(term(k) - base), 0)
+        return acc + weight * (t_lhs[:, k, :, None] + t_rhs[:, k, None, :]), None
+
+    tangent, _ = lax.scan(add_tangent, jnp.zeros_like(out), jnp.arange(n_k))
+    return out.reshape(shape), tangent.reshape(shape)
