@@ -55,13 +55,16 @@ def test_bench_writes_table_csv_and_plot(tmp_path, capsys):
 
 def test_bench_reports_oom_instead_of_running(tmp_path, capsys):
     # jnp.einsum materialises n^4 floats (4.2 MB at n=32); einslice does not
-    args = "--sizes 32 --methods jnp.einsum,einslice --device-memory 1MB"
+    args = "--sizes 32 --methods jnp.einsum,einslice@500kB --device-memory 1MB"
     code = _bench(tmp_path, args)
     out, _ = capsys.readouterr()
     assert code == 0
     assert re.search(r"OOM \(needs 4\.\d+ MB\)", out)
-    status = {r["method"]: r["status"] for r in _rows(tmp_path / "seed.csv")}
-    assert status == {"jnp.einsum": "oom", "einslice": "ok"}
+    rows = {r["method"]: r for r in _rows(tmp_path / "seed.csv")}
+    assert rows["jnp.einsum"]["status"] == "oom"
+    assert rows["einslice@500kB"]["status"] == "ok"
+    assert int(rows["einslice@500kB"]["memory_bytes"]) <= 500_000
+    assert rows["einslice@500kB"]["over_limit"] == "False"
 
 
 def test_bench_skips_what_would_exceed_max_seconds(tmp_path, capsys):

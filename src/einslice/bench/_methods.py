@@ -82,12 +82,15 @@ class Runner:
             a lower bound).
         needs: bytes the run needs in all (temporaries, operands, result), the
             figure the out-of-memory guard checks; an estimate for peers.
+        limit: the byte limit this run was given, when it has its own (einslice's
+            resolved ``memory_limit``); None: the benchmark's ``--memory-limit``.
     """
 
     call: Callable[[], object]
     memory: int | None
     memory_source: str
     needs: int
+    limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -183,7 +186,11 @@ def einslice_method(
                 *formula.einsum_args(ops), memory_limit=limit, precision=precision
             )
 
-        return _jax_runner(fn, operands)
+        runner = _jax_runner(fn, operands)
+        # the limit einslice resolved (None: its device default), to check against
+        plan = einslice.plan(*formula.einsum_args(operands.jax), memory_limit=limit)
+        runner.limit = int(plan.memory_limit)
+        return runner
 
     return Method(name, "einslice.einsum (planned, sliced, one program)", prepare,
                   ours=True)  # fmt: skip

@@ -49,7 +49,8 @@ class Cell:
         estimate: estimated seconds of a skipped run.
         flops: the work in FLOPs (the same for every method on a formula).
         rel_error: relative error against the reference result.
-        over_limit: temporary memory above ``--memory-limit``.
+        over_limit: temporary memory above the limit: the method's own (einslice's
+            resolved ``memory_limit``), else ``--memory-limit``.
         note: the reason for ``n/a``, ``missing`` or ``error``.
     """
 
@@ -223,8 +224,9 @@ def _run_one(
         out_bytes = int(np.prod(formula.out_shape)) * operands.numpy[0].itemsize
         if timing.peak_bytes is not None:
             cell.memory = max(0, timing.peak_bytes - out_bytes)
-    if ctx.memory_limit_bytes is not None and cell.memory is not None:
-        cell.over_limit = cell.memory > ctx.memory_limit_bytes
+    limit = runner.limit if runner.limit is not None else ctx.memory_limit_bytes
+    if limit is not None and cell.memory is not None:
+        cell.over_limit = cell.memory > limit
     return _to_numpy(timing.result)
 
 
