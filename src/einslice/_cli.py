@@ -446,6 +446,8 @@ def _list_bench() -> int:
         print(f"  {name:24s} {method.description}")
     print(f"  {'einslice@LIMIT':24s} einslice.einsum with memory_limit=LIMIT")
     print("suite formulas:")
-    for f in _suite.suite():
-        print(f"  {f.name:16s} {f.equation:32s} {f.description}")
+    formulas = _suite.suite()
+    width = max(len(f.equation) for f in formulas)
+    for f in formulas:
+        print(f"  {f.name:16s} {f.equation:{width}s}  {f.description}")
     return 0
