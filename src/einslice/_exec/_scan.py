@@ -105,15 +105,10 @@ Finish = Callable[[object, Starts], jax.Array]
 
 
 class Part(NamedTuple):
-    """One device's share of the summed grid: chunk numbers [start, start + count).
-
-    ``axes`` names the mesh axes over which ``start`` varies (under
-    ``shard_map``), so that fresh carries can be marked varying the same way.
-    """
+    """One device's share of the summed grid: chunk numbers [start, start + count)."""
 
     start: jax.Array
     count: int
-    axes: tuple[str, ...] = ()
 
 
 def sweep(
@@ -147,7 +142,7 @@ def sweep(
         return prod(-(-sizes[i] // chunks[i]) for i in indices)
 
     def block(out_starts: Starts) -> jax.Array:
-        carry = _varying_like(part, init(block_shape, out_starts))
+        carry = init(block_shape, out_starts)
         if not sum_indices:
             return finish(step(carry, out_starts, {}), out_starts)
 
@@ -175,24 +170,13 @@ def sweep(
 
     def outer(out, t):
         starts, _ = chunk_grid(sizes, chunks, out_indices, t)
-        where = [starts.get(i, jnp.zeros((), jnp.int32)) for i in eq.output]
+        where = [starts.get(i, 0) for i in eq.output]
         write = partial(lax.dynamic_update_slice, start_indices=where)
         return jax.tree.map(write, out, block(starts)), None
 
     if checkpoint:
         outer = jax.checkpoint(outer)
     shape = tuple(sizes[i] for i in eq.output)
-    full = _varying_like(part, jax.tree.map(partial(jnp.zeros, shape), out_dtype))
+    full = jax.tree.map(partial(jnp.zeros, shape), out_dtype)
     out, _ = lax.scan(outer, full, jnp.arange(count(out_indices)))
     return out
-
-
-def _varying_like(part: Part | None, carry):
-    """Mark a fresh carry as varying over the share's mesh axes.
-
-    Under ``shard_map`` a carry built from constants is the same on every
-    device, but after one step it differs; ``lax.scan`` needs equal types.
-    """
-    if part is None or not part.axes:
-        return carry
-    return jax.tree.map(lambda x: lax.pcast(x, part.axes, to="varying"), carry)
