@@ -78,8 +78,9 @@ def _devices(plan: Plan) -> list[str]:
     where = f"{plan.devices} devices along mesh axis {plan.mesh_axis or 'devices'!r}"
     if not any(i not in eq.output for i, _ in plan.chunks):
         return [
-            f"   Devices: {where} given, but {eq.text()!r} sums no index to "
-            "split: runs unsharded on one device"
+            f"   Devices: {where} given, but no summed index is sliced "
+            f"({eq.text()!r} sums none, or slicing one breaks the limit): runs "
+            "unsharded on one device"
         ]
     out_bytes = prod(eq.sizes[i] for i in eq.output) * plan.itemsize
     reduced = out_bytes * (2 if plan.semiring == "log" else 1)

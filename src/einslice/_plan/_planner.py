@@ -133,7 +133,9 @@ def make_plan(
         explore_when_fits=False,
     )
     if devices > 1:
-        forward, tangent = _spread(body, sizes, itemsize, forward, tangent, devices)
+        forward, tangent = _spread(
+            body, sizes, itemsize, memory_limit, forward, tangent, devices
+        )
     pairs = _path_of(body)
     return Plan(
         equation=equation,
@@ -157,6 +159,7 @@ def _spread(
     body: Body,
     sizes: tuple[int, ...],
     itemsize: int,
+    limit: int,
     forward: Slicing,
     tangent: Slicing,
     devices: int,
@@ -168,7 +171,9 @@ def _spread(
         chunks = spread_chunks(sizes, body.output, indices, chosen.chunks, devices)
         if chunks != chosen.chunks:
             cost = evaluate(body, sizes, chunks, itemsize, tangent=is_tangent)
-            chosen = Slicing(chunks, cost, chosen.fits)
+            # Kept only within the limit (else this pass runs on one device).
+            if cost.peak_bytes <= max(limit, chosen.cost.peak_bytes):
+                chosen = Slicing(chunks, cost, chosen.fits)
         out.append(chosen)
     return out[0], out[1]
 

@@ -169,8 +169,8 @@ def spread_chunks(
     A plan that fits one device may slice no summed index, or too few chunks
     for every device to get one. Then the largest summed index is cut finer,
     into the fewest chunks that reach ``devices`` and, where the size allows,
-    a multiple of it (so no device idles). Smaller chunks never raise the
-    peak, so the result still fits the limit. Unchanged when there are enough
+    a multiple of it (so no device idles). Smaller chunks seldom raise the
+    peak, but the caller re-checks the limit. Unchanged when there are enough
     chunks already, one device, or no summed index (nothing to split).
 
     Example:
