@@ -122,7 +122,7 @@ def tangent_sweep(
     def out_block(starts):
         if not any(i in eq.output for i in chunks):
             return out
-        where = [starts.get(i, 0) for i in eq.output]
+        where = [starts.get(i, jnp.int32(0)) for i in eq.output]
         shape = [chunks.get(i, eq.sizes[i]) for i in eq.output]
         return lax.dynamic_slice(out, where, shape)
 

@@ -92,7 +92,7 @@ def chunk_grid(
         position = t % count
         t = t // count
         nominal = position * chunk
-        start = jnp.minimum(nominal, size - chunk)
+        start = jnp.minimum(nominal, size - chunk).astype(jnp.int32)
         starts[index] = start
         if size % chunk:
             valid[index] = start + jnp.arange(chunk) >= nominal
@@ -159,10 +159,9 @@ def sweep(
 
         if checkpoint:
             body = jax.checkpoint(body)
-        numbers = (
-            jnp.arange(total) if part is None else part.start + jnp.arange(part.count)
-        )
-        carry, _ = lax.scan(body, carry, numbers)
+        first = jnp.int32(0) if part is None else part.start
+        length = total if part is None else part.count
+        carry = _counted_scan(body, carry, first, length)
         return finish(carry, out_starts)
 
     if not out_indices:
@@ -170,7 +169,7 @@ def sweep(
 
     def outer(out, t):
         starts, _ = chunk_grid(sizes, chunks, out_indices, t)
-        where = [starts.get(i, 0) for i in eq.output]
+        where = [starts.get(i, jnp.int32(0)) for i in eq.output]
         write = partial(lax.dynamic_update_slice, start_indices=where)
         return jax.tree.map(write, out, block(starts)), None
 
@@ -178,5 +177,19 @@ def sweep(
         outer = jax.checkpoint(outer)
     shape = tuple(sizes[i] for i in eq.output)
     full = jax.tree.map(partial(jnp.zeros, shape), out_dtype)
-    out, _ = lax.scan(outer, full, jnp.arange(count(out_indices)))
-    return out
+    return _counted_scan(outer, full, jnp.int32(0), count(out_indices))
+
+
+def _counted_scan(body, carry, first: jax.Array, length: int):
+    """``lax.scan`` over chunk numbers first, first + 1, ... kept in the carry.
+
+    Scanning over ``jnp.arange(length)`` would materialize 4 bytes per chunk.
+    """
+
+    def counted(state, _):
+        t, carry = state
+        carry, _ = body(carry, t)
+        return (t + 1, carry), None
+
+    (_, carry), _ = lax.scan(counted, (first, carry), None, length=length)
+    return carry

@@ -28,6 +28,8 @@ BYTE_COST_CACHE = 0.25
 CACHE_BYTES = 2 * 2**20
 CHUNK_OVERHEAD = 2.0e5
 PEAK_PREFERENCE = 0.02
+ALIGNMENT = 64
+LOOP_BYTES = 1024
 # A matrix multiply whose smallest side is small runs below peak speed.
 SMALL_GEMM_SIDE = 32
 
@@ -151,7 +153,11 @@ def evaluate(
         # cotangents of every node (about three bodies), and accumulates each
         # operand's cotangent at full size.
         peak = 3 * peak + 2 * sum(_numel(t, sizes) for t in body.prepared)
-    peak_bytes = int(peak * itemsize)
+    # XLA aligns every buffer (64 bytes) and a loop keeps a few small buffers
+    # of its own (counters, predicates, tuples): measured below 1 kB.
+    overhead = ALIGNMENT * (n_ops + len(body.steps) + 2)
+    overhead += LOOP_BYTES if chunks else 0
+    peak_bytes = int(peak * itemsize) + overhead * (3 if tangent else 1)
     total_flops = flops * count
     time = total_flops + traffic * count + CHUNK_OVERHEAD * (count if chunks else 0)
     if tangent:
