@@ -174,7 +174,7 @@ def time_call(
         if before is not None:
             after = _peak_rss()
             peak = None if after is None else max(0, after - before)
-    if warm >= budget:
+    if warm >= budget or repeats == 0:  # repeats=0: the warm-up run only
         return Timing(warm, 1, result, peak)
     runs = max(1, min(repeats, int(budget / max(warm, 1e-9))))
     times = []

@@ -10,6 +10,7 @@ the previous formula), else time it and check its result against einslice's.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -19,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from ._measure import Device, time_call
-from ._methods import Context, Method, NotApplicable, Operands
+from ._methods import Context, Method, NotApplicable, Operands, Runner
 from ._suite import Formula, make_operands, work_flops
 
 RESULT_TOLERANCE = 1e-2
@@ -101,6 +102,7 @@ def run(
     repeats: int = 5,
     budget: float = 2.0,
     deadline: float | None = None,
+    interleave: bool = False,
     dtype: str = "float32",
     progress: bool = True,
 ) -> list[Cell]:
@@ -118,6 +120,9 @@ def run(
             slower than this is measured once (its warm-up run).
         deadline: a ``time.monotonic()`` instant; a run estimated to end after
             it is skipped too, so that the whole benchmark ends in time.
+        interleave: on each formula, prepare every method, then time them in
+            rounds (ABC ABC ...) so that load that comes and goes on a shared
+            machine falls on all alike; for ratios between methods.
         dtype: operand dtype.
         progress: show a tqdm progress bar on stderr.
 
@@ -134,30 +139,43 @@ def run(
             flops = work_flops(formula)
             results: dict[str, np.ndarray] = {}
             row: list[Cell] = []
+            prepared: list[tuple[Cell, Runner]] = []
             for method in methods:
                 bar.set_description(f"{formula.name} {method.name}")
                 cell = Cell(formula.name, formula.n, method.name, "ok", flops=flops)
+                row.append(cell)
+                cost = formula.naive_flops() if method.naive else flops
+                limit = max_seconds
+                if deadline is not None:
+                    limit = min(limit, deadline - time.monotonic())
                 if missing[method.name] is not None:
                     cell.status, cell.note = "missing", str(missing[method.name])
+                    runner = None
                 else:
-                    cost = formula.naive_flops() if method.naive else flops
-                    limit = max_seconds
-                    if deadline is not None:
-                        limit = min(limit, deadline - time.monotonic())
-                    result = _run_one(
-                        cell, method, formula, operands, ctx, device,
-                        estimate=_estimate(previous.get(method.name), cost,
-                                           matmul_gflops * method.speed),
-                        max_seconds=limit, repeats=repeats, budget=budget,
-                    )  # fmt: skip
+                    estimate = _estimate(
+                        previous.get(method.name), cost, matmul_gflops * method.speed
+                    )
+                    runner = _prepare(cell, method, formula, operands, ctx, device,
+                                      estimate=estimate, max_seconds=limit)  # fmt: skip
+                if runner is not None and not interleave:
+                    budget_now = min(budget, max(limit, 0.0))
+                    result = _time(cell, runner, formula, operands, ctx, repeats,
+                                   budget_now)  # fmt: skip
                     if result is not None:
                         results[method.name] = result
-                    if cell.ran and cell.seconds is not None:
-                        previous[method.name] = _Previous(cell.seconds, cost)
-                    elif cell.status == "skipped" and cell.estimate is not None:
-                        previous[method.name] = _Previous(cell.estimate, cost)
-                row.append(cell)
-                bar.update(1)
+                elif runner is not None:
+                    prepared.append((cell, runner))
+                if not interleave or runner is None:
+                    bar.update(1)
+                if cell.status == "skipped" and cell.estimate is not None:
+                    previous[method.name] = _Previous(cell.estimate, cost)
+            if prepared:
+                results |= _time_interleaved(prepared, formula, operands, ctx,
+                                             repeats, budget, bar)  # fmt: skip
+            for method, cell in zip(methods, row, strict=True):
+                if cell.ran and cell.seconds is not None:
+                    cost = formula.naive_flops() if method.naive else flops
+                    previous[method.name] = _Previous(cell.seconds, cost)
             _check_results(row, results, methods)
             cells.extend(row)
     finally:
@@ -178,7 +196,7 @@ def _estimate(prev: _Previous | None, cost: float, matmul_gflops: float) -> floa
     return max(bound, prev.seconds * cost / prev.cost)
 
 
-def _run_one(
+def _prepare(
     cell: Cell,
     method: Method,
     formula: Formula,
@@ -188,10 +206,11 @@ def _run_one(
     *,
     estimate: float,
     max_seconds: float,
-    repeats: int,
-    budget: float,
-) -> np.ndarray | None:
-    """Prepare, guard and time one method; fill ``cell``; return its result."""
+) -> Runner | None:
+    """Skip, prepare and guard one method; a runner when it may run.
+
+    Otherwise ``cell`` says why not (skipped, n/a, error, oom).
+    """
     if estimate > max_seconds:
         cell.status, cell.estimate = "skipped", estimate
         return None
@@ -209,25 +228,94 @@ def _run_one(
     if runner.needs > device.memory:
         cell.status = "oom"
         return None
+    return runner
+
+
+def _time(
+    cell: Cell,
+    runner: Runner,
+    formula: Formula,
+    operands: Operands,
+    ctx: Context,
+    repeats: int,
+    budget: float,
+) -> np.ndarray | None:
+    """Time one prepared method; fill ``cell``; return its result."""
     try:
         timing = time_call(
             runner.call,
             repeats=repeats,
-            budget=min(budget, max(max_seconds, 0.0)),
+            budget=budget,
             probe=None if runner.memory is not None else runner.memory_source,
         )
     except Exception as e:  # report, keep benchmarking
         cell.status, cell.note = "error", _one_line(e)
         return None
     cell.seconds, cell.runs = timing.median, timing.runs
-    if runner.memory is None:
+    _record_memory(cell, runner, formula, operands, ctx, timing.peak_bytes)
+    return _to_numpy(timing.result)
+
+
+def _record_memory(
+    cell: Cell,
+    runner: Runner,
+    formula: Formula,
+    operands: Operands,
+    ctx: Context,
+    peak: int | None,
+) -> None:
+    """Measured memory (less the result) when not compiled; over the limit?"""
+    if runner.memory is None and peak is not None:
         out_bytes = int(np.prod(formula.out_shape)) * operands.numpy[0].itemsize
-        if timing.peak_bytes is not None:
-            cell.memory = max(0, timing.peak_bytes - out_bytes)
+        cell.memory = max(0, peak - out_bytes)
     limit = runner.limit if runner.limit is not None else ctx.memory_limit_bytes
     if limit is not None and cell.memory is not None:
         cell.over_limit = cell.memory > limit
-    return _to_numpy(timing.result)
+
+
+def _time_interleaved(
+    prepared: list[tuple[Cell, Runner]],
+    formula: Formula,
+    operands: Operands,
+    ctx: Context,
+    repeats: int,
+    budget: float,
+    bar: _Bar,
+) -> dict[str, np.ndarray]:
+    """Warm each runner up, then time them in rounds: ABC ABC ...
+
+    Rounds stop at ``repeats``, or when the slowest method's runs would exceed
+    ``budget`` seconds; at least one round follows the warm-ups.
+    """
+    results: dict[str, np.ndarray] = {}
+    ready: list[tuple[Cell, Runner]] = []
+    slowest = 0.0
+    for cell, runner in prepared:
+        try:
+            warm = time_call(
+                runner.call, repeats=0, budget=0.0,
+                probe=None if runner.memory is not None else runner.memory_source,
+            )  # fmt: skip
+        except Exception as e:  # report, keep benchmarking
+            cell.status, cell.note = "error", _one_line(e)
+            bar.update(1)
+            continue
+        _record_memory(cell, runner, formula, operands, ctx, warm.peak_bytes)
+        results[cell.method] = _to_numpy(warm.result)
+        slowest = max(slowest, warm.median)
+        ready.append((cell, runner))
+    rounds = max(1, min(repeats, int(budget / max(slowest, 1e-9))))
+    times: dict[str, list[float]] = {cell.method: [] for cell, _ in ready}
+    for _ in range(rounds):
+        for cell, runner in ready:
+            start = time.perf_counter()
+            runner.call()
+            times[cell.method].append(time.perf_counter() - start)
+    for cell, _ in ready:
+        cell.seconds = statistics.median(times[cell.method])
+        cell.runs = rounds
+        bar.update(1)
+    return results
 
 
 def _to_numpy(result: object) -> np.ndarray:
