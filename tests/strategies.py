@@ -113,6 +113,7 @@ def equations(
     max_operands: int = 8,
     max_indices: int = 10,
     max_term: int = 4,
+    min_size: int = 2,
     max_size: int = 3,
     max_elements: int = 1024,
     ellipsis: bool = True,
@@ -120,10 +121,13 @@ def equations(
     broadcast: bool = True,
     zero_size: bool = False,
     implicit: bool = True,
+    scalars: bool = True,
 ) -> Equation:
     """Random einsums accepted by both ``numpy.einsum`` and ``jnp.einsum``.
 
     Args:
+        min_size: smallest size of an index (size 1 comes from broadcasting),
+            unless the ``max_elements`` budget is spent.
         max_elements: bound on the product of all index sizes (the naive joint
             table), so that brute-force references stay cheap.
         repeats: allow an index repeated within one term (diagonals, traces).
@@ -131,13 +135,14 @@ def equations(
             and ellipsis dimensions).
         zero_size: allow indices of size 0.
         implicit: allow the implicit output form (no ``->``).
+        scalars: allow operands with no indices.
     """
     n_ops = draw(st.integers(min_operands, max_operands))
     n_idx = draw(st.integers(min(2, max_indices), max_indices))
     letters = LETTERS[:n_idx]
     bare_terms = []
     for _ in range(n_ops):
-        scalar = draw(st.integers(0, 7)) == 0
+        scalar = scalars and draw(st.integers(0, 7)) == 0
         term = draw(
             st.lists(
                 st.sampled_from(letters),
@@ -153,7 +158,7 @@ def equations(
     sizes: dict[str, int] = {}
     for c in used:
         hi = max(1, min(max_size, budget))
-        lo = 0 if zero_size and draw(st.integers(0, 7)) == 0 else min(2, hi)
+        lo = 0 if zero_size and draw(st.integers(0, 7)) == 0 else min(min_size, hi)
         sizes[c] = draw(st.integers(lo, hi))
         budget //= max(sizes[c], 1)
 
@@ -197,9 +202,23 @@ def equations(
     return Equation(tuple(terms), output, tuple(shapes))
 
 
-def equations_without_ellipsis(**kwargs) -> st.SearchStrategy[Equation]:
-    """`equations` restricted to plain letters (for the interleaved form etc.)."""
-    return equations(ellipsis=False, **kwargs)
+def sliceable_equations(**kwargs) -> st.SearchStrategy[Equation]:
+    """Equations with intermediates big enough (kilobytes) that slicing pays.
+
+    With a few-byte formula the smallest sliced plan (a ``lax.scan`` has fixed
+    costs) needs more memory than the unsliced one, so tight limits would just
+    fall back to it; these have sizes 4..8 and no size-1 broadcasting.
+    """
+    options = {
+        "min_operands": 2,
+        "max_operands": 6,
+        "min_size": 4,
+        "max_size": 8,
+        "max_elements": 2**15,
+        "broadcast": False,
+        "scalars": False,
+    }
+    return equations(**{**options, **kwargs})
 
 
 # --- operands ---------------------------------------------------------------

@@ -30,6 +30,7 @@ from strategies import (
     limit_from_fraction,
     random_operands,
     seeds,
+    sliceable_equations,
     tight_limit_fractions,
 )
 
@@ -55,18 +56,37 @@ def test_matches_numpy_under_memory_limits(eq, seed, fraction):
     assert_close_to_einsum(out, eq, ops)
 
 
-@given(equations(max_size=4, max_elements=2048), seeds, tight_limit_fractions)
-def test_sliced_equals_unsliced(eq, seed, fraction):
+@given(sliceable_equations(), seeds, tight_limit_fractions)
+def test_sliced_equals_unsliced_and_numpy(eq, seed, fraction):
     ops = random_operands(eq, seed)
     unsliced = einslice.plan(eq.subscripts, *ops)
     assert unsliced.sliced == {}, str(unsliced)
     sliced, p = _einsum_at(eq, ops, fraction)
+    _, output = eq.explicit()
     target(float(len(p.sliced)), label="sliced indices")
+    target(float(len(set(p.sliced) & set(output))), label="sliced output indices")
     whole = einslice.einsum(eq.subscripts, *ops)
     np.testing.assert_allclose(sliced, whole, rtol=1e-10, atol=1e-10)
+    assert_close_to_einsum(sliced, eq, ops)
 
 
-@given(equations(), seeds, limit_fractions)
+@given(equations(), limit_fractions)
+def test_smallest_limit_is_no_more_than_the_unsliced_peak(eq, fraction):
+    # MemoryLimitError.smallest_limit promises the smallest feasible limit; the
+    # unsliced plan is feasible at its own peak, so it can never be above it.
+    unsliced = einslice.plan(eq.subscripts, *eq.shapes, dtype=np.float64)
+    limit = max(1, int(unsliced.peak_bytes * (fraction or 0.0)))
+    try:
+        einslice.plan(eq.subscripts, *eq.shapes, dtype=np.float64, memory_limit=limit)
+    except einslice.MemoryLimitError as e:
+        assert e.smallest_limit <= unsliced.peak_bytes, (
+            f"{eq.subscripts} {eq.shapes}: memory_limit={limit} raised with "
+            f"smallest_limit={e.smallest_limit}, but the unsliced plan needs only "
+            f"{unsliced.peak_bytes}"
+        )
+
+
+@given(sliceable_equations(), seeds, limit_fractions)
 def test_plan_call_matches_einsum(eq, seed, fraction):
     ops = random_operands(eq, seed)
     limit = limit_from_fraction(eq.subscripts, eq.shapes, fraction)
