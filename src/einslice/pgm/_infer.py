@@ -1,0 +1,504 @@
+"""Exact inference on a `FactorGraph` as one einsum of every log-factor to a scalar.
+
+log Z is an ``einslice`` contraction in the ``"log"`` semiring of all log-tables
+(interleaved form, one int label per variable) to ``[]``; every marginal is the
+gradient of log Z with respect to the log-tables (one forward and one backward
+pass, both planned under the memory limit); the MAP value is the same contraction
+in the ``"max"`` semiring, and a MAP state comes from its gradient. The network is
+first simplified exactly in numpy (see ``_network.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import einslice
+
+from .._errors import EinsliceError
+from ._model import FactorGraph
+from ._network import Network, build_network, choose_order, cluster_groups, merge
+
+__all__ = [
+    "MapResult",
+    "Marginals",
+    "log_partition",
+    "map_assignment",
+    "map_value",
+    "marginals",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Marginals:
+    """The result of `marginals`: log Z and every variable's (and factor's) marginal.
+
+    Attributes:
+        log_partition: natural log of Z (of p(evidence)·Z with evidence).
+        variables: maps each variable's name to its marginal (float64, sums to 1);
+            an observed variable gets a point mass on its observed state.
+        factors: when requested, each factor's marginal over its scope (in the
+            original model's order and shape), else None.
+    """
+
+    log_partition: float
+    variables: dict[Hashable, np.ndarray]
+    factors: tuple[np.ndarray, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class MapResult:
+    """The result of `map_assignment`: the MAP value and an assignment attaining it.
+
+    Attributes:
+        log_value: ``max_x Σ_f log φ_f(x)``, the unnormalized log-score of the
+            most probable state (``-inf`` when every state is impossible).
+        assignment: maps every variable's name to its state (observed ones
+            included).
+    """
+
+    log_value: float
+    assignment: dict[Hashable, int]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Prepared:
+    """A network with its plan, ready to run; the CLI reports the plan."""
+
+    network: Network
+    plan: einslice.Plan | None
+    dtype: np.dtype
+
+    def operands(self, tables=None) -> tuple[jax.Array, ...]:
+        tables = self.network.tables if tables is None else tables
+        return tuple(jnp.asarray(t, dtype=self.dtype) for t in tables)
+
+    def run(self, operands) -> jax.Array:
+        assert self.plan is not None  # Why: callers check for a trivial network
+        return self.plan(*operands)
+
+
+def log_partition(
+    model: FactorGraph,
+    evidence: Mapping[Hashable, int] | None = None,
+    *,
+    memory_limit: int | str | None = None,
+    optimize: object = "auto",
+    dtype: jax.typing.DTypeLike = jnp.float32,
+) -> float:
+    """The natural log of the partition function Z, computed exactly.
+
+    With evidence, the result is log Σ over the unobserved variables, i.e.
+    ``log(Z · p(evidence))``; for a normalized network (a BAYES file) that is
+    ``log p(evidence)``.
+
+    Args:
+        model: the graphical model.
+        evidence: maps variable names (positions, for UAI files) to observed states.
+        memory_limit: bytes or a string like ``"256MB"`` bounding the temporary
+            memory of the contraction; None takes einslice's device default.
+        optimize: ``"auto"`` (a short cotengra search for large networks), any
+            ``einslice.einsum`` strategy name, an explicit path, or a path
+            optimizer object such as ``cotengra.HyperOptimizer(...)``.
+        dtype: the dtype of the contraction (float32 or float64; float64 needs
+            ``jax_enable_x64``). Constants are always accumulated in float64.
+
+    Returns:
+        log Z as a float; ``-inf`` when Z = 0 (no state has positive probability).
+
+    Raises:
+        MemoryLimitError: when no exact plan fits ``memory_limit``; it states the
+            smallest feasible limit and the contraction's FLOPs.
+        EinsliceError: on bad evidence or options.
+
+    Example:
+        >>> import numpy as np
+        >>> from einslice.pgm import FactorGraph, log_partition
+        >>> g = FactorGraph.from_factors([(0, 1)], [np.ones((2, 3))])
+        >>> round(log_partition(g), 6) == round(np.log(6), 6)
+        True
+    """
+    prepared = _prepare(model, evidence, "log", memory_limit, optimize, dtype)
+    return _log_partition(prepared)
+
+
+def marginals(
+    model: FactorGraph,
+    evidence: Mapping[Hashable, int] | None = None,
+    *,
+    factors: bool = False,
+    memory_limit: int | str | None = None,
+    optimize: object = "auto",
+    dtype: jax.typing.DTypeLike = jnp.float32,
+) -> Marginals:
+    """Every variable's exact marginal, from the gradient of log Z.
+
+    ``∂ log Z / ∂ log φ_f(x_f) = p(x_f)``: one forward and one backward pass give
+    every factor's marginal at once; a variable's marginal is summed out of the
+    smallest factor containing it.
+
+    Args:
+        model: the graphical model.
+        evidence: maps variable names to observed states.
+        factors: also return every factor's marginal.
+        memory_limit: as for `log_partition`; bounds both passes.
+        optimize: as for `log_partition`.
+        dtype: as for `log_partition`.
+
+    Returns:
+        A `Marginals` with log Z, the variable marginals and, if asked, the factor
+        marginals.
+
+    Raises:
+        EinsliceError: when Z = 0 under the evidence (marginals are undefined).
+        MemoryLimitError: as for `log_partition`.
+
+    Example:
+        >>> import numpy as np
+        >>> from einslice.pgm import FactorGraph, marginals
+        >>> g = FactorGraph.from_factors([(0,)], [np.array([1.0, 3.0])])
+        >>> marginals(g).variables[0].round(3).tolist()
+        [0.25, 0.75]
+    """
+    prepared = _prepare(model, evidence, "log", memory_limit, optimize, dtype)
+    return _marginals(prepared, model, evidence, factors)
+
+
+def map_value(
+    model: FactorGraph,
+    evidence: Mapping[Hashable, int] | None = None,
+    *,
+    memory_limit: int | str | None = None,
+    optimize: object = "auto",
+    dtype: jax.typing.DTypeLike = jnp.float32,
+) -> float:
+    """The MAP value ``max_x Σ_f log φ_f(x)`` (the most probable state's log-score).
+
+    Args:
+        model: the graphical model.
+        evidence: maps variable names to observed states.
+        memory_limit: as for `log_partition`.
+        optimize: as for `log_partition`.
+        dtype: as for `log_partition`.
+
+    Returns:
+        The maximum unnormalized log-score (subtract `log_partition` for the log
+        probability); ``-inf`` when every state is impossible.
+
+    Example:
+        >>> import numpy as np
+        >>> from einslice.pgm import FactorGraph, map_value
+        >>> g = FactorGraph.from_factors([(0,)], [np.array([1.0, 3.0])])
+        >>> round(map_value(g), 6) == round(np.log(3.0), 6)
+        True
+    """
+    prepared = _prepare(model, evidence, "max", memory_limit, optimize, dtype)
+    return _map_value(prepared)
+
+
+def map_assignment(
+    model: FactorGraph,
+    evidence: Mapping[Hashable, int] | None = None,
+    *,
+    memory_limit: int | str | None = None,
+    optimize: object = "auto",
+    dtype: jax.typing.DTypeLike = jnp.float32,
+) -> MapResult:
+    """A most probable state, from the gradient of the ``"max"`` contraction.
+
+    The gradient of the max-plus contraction with respect to the log-tables marks
+    the entries an optimal state uses. When states tie, it is spread over them;
+    the tables are then perturbed by a tiny amount to break the tie, and the
+    assignment is checked against the unperturbed MAP value. If that still fails
+    (or the max-semiring gradient is unavailable), variables are fixed one at a
+    time, keeping a state that preserves the maximum (exact, ``Σ cardinalities``
+    contractions).
+
+    Args:
+        model: the graphical model.
+        evidence: maps variable names to observed states (kept in the result).
+        memory_limit: as for `log_partition`.
+        optimize: as for `log_partition`.
+        dtype: as for `log_partition`.
+
+    Returns:
+        A `MapResult`: the MAP value and an assignment whose score attains it (to
+        the dtype's precision).
+
+    Raises:
+        EinsliceError: when every state is impossible (the value is ``-inf``).
+
+    Example:
+        >>> import numpy as np
+        >>> from einslice.pgm import FactorGraph, map_assignment
+        >>> g = FactorGraph.from_factors([(0, 1)], [[[1.0, 5.0], [2.0, 1.0]]])
+        >>> map_assignment(g).assignment
+        {0: 0, 1: 1}
+    """
+    prepared = _prepare(model, evidence, "max", memory_limit, optimize, dtype)
+    return _map_assignment(prepared, model, evidence)
+
+
+# -- building and planning the network -------------------------------------------------
+
+
+def _prepare(
+    model: FactorGraph,
+    evidence: Mapping[Hashable, int] | None,
+    semiring: str,
+    memory_limit: int | str | None,
+    optimize: object,
+    dtype: jax.typing.DTypeLike,
+) -> _Prepared:
+    """Conditions, simplifies and plans: everything before running."""
+    dtype_ = _check_dtype(dtype)
+    network = build_network(model.condition(evidence))
+    if not network.tables or network.offset == -math.inf:
+        return _Prepared(network, None, dtype_)
+    network, path = _resolve(network, optimize)
+    args: list = []
+    for table, term in zip(network.tables, network.terms, strict=True):
+        args += [table.shape, list(term)]
+    plan = einslice.plan(
+        *args,
+        [],
+        memory_limit=memory_limit,
+        optimize=path,
+        semiring=semiring,
+        dtype=dtype_,
+    )
+    return _Prepared(network, plan, dtype_)
+
+
+def _resolve(network: Network, optimize: object) -> tuple[Network, object]:
+    """Merges tables and turns ``optimize`` into what the planner gets."""
+    if isinstance(optimize, list | tuple):
+        raise EinsliceError(
+            "optimize= cannot be an explicit path here: the network is simplified "
+            "(tables merged) before planning, so its positions are not the model's "
+            "factors. Pass a strategy name such as 'greedy', or a path optimizer "
+            "such as cotengra.HyperOptimizer(...)."
+        )
+    if optimize == "auto":
+        merged, path = choose_order(network)
+        return merged, (path or "auto")
+    network = merge(network, cluster_groups(network))
+    if isinstance(optimize, str | bool) or not callable(optimize):
+        return network, optimize
+    sizes = network.sizes()
+    path = optimize([tuple(t) for t in network.terms], (), sizes)  # search once
+    return network, [tuple(int(i) for i in step) for step in path]
+
+
+def _check_dtype(dtype: jax.typing.DTypeLike) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise EinsliceError(
+            f"dtype={dt.name!r} is not supported for inference; use float32 or float64."
+        )
+    if dt == np.float64 and not jax.config.read("jax_enable_x64"):
+        raise EinsliceError(
+            "dtype='float64' needs 64-bit JAX; call "
+            "jax.config.update('jax_enable_x64', True) first, or use float32."
+        )
+    return dt
+
+
+# -- running ---------------------------------------------------------------------------
+
+
+def _log_partition(prepared: _Prepared) -> float:
+    network = prepared.network
+    if prepared.plan is None:
+        return network.offset
+    value = float(prepared.run(prepared.operands()))
+    return network.offset + value
+
+
+def _map_value(prepared: _Prepared) -> float:
+    return _log_partition(prepared)  # the same sum of constants and one contraction
+
+
+def _marginals(
+    prepared: _Prepared,
+    model: FactorGraph,
+    evidence: Mapping[Hashable, int] | None,
+    want_factors: bool,
+) -> Marginals:
+    network = prepared.network
+    if network.offset == -math.inf:
+        raise _zero_partition("marginals")
+    if prepared.plan is None:
+        value, grads = 0.0, ()
+    else:
+        value_, grads_ = jax.value_and_grad(lambda ops: prepared.run(ops))(
+            prepared.operands()
+        )
+        value = float(value_)
+        grads = tuple(np.asarray(g, dtype=np.float64) for g in grads_)
+    log_z = network.offset + value
+    if log_z == -math.inf:
+        raise _zero_partition("marginals")
+
+    cond = network.model
+    variables: dict[Hashable, np.ndarray] = {}
+    observed = _observed(model, evidence)
+    for position, name in enumerate(model.variables):
+        if position in observed:
+            point = np.zeros(model.cardinalities[position])
+            point[observed[position]] = 1.0
+            variables[name] = point
+    for v, name in enumerate(cond.variables):
+        h = network.cover[v]
+        term = network.terms[h]
+        axes = tuple(a for a, u in enumerate(term) if u != v)
+        p = grads[h].sum(axis=axes)
+        variables[name] = p / p.sum()
+    variables = {name: variables[name] for name in model.variables}
+
+    factor_marginals = None
+    if want_factors:
+        factor_marginals = tuple(
+            _factor_marginal(model, observed, network, grads, i)
+            for i in range(len(model.factors))
+        )
+    return Marginals(log_z, variables, factor_marginals)
+
+
+def _factor_marginal(
+    model: FactorGraph,
+    observed: dict[int, int],
+    network: Network,
+    grads: tuple[np.ndarray, ...],
+    i: int,
+) -> np.ndarray:
+    """Factor ``i``'s marginal: its host's marginal summed onto its scope."""
+    factor = model.factors[i]
+    out = np.zeros(factor.log_table.shape)
+    index = tuple(observed.get(v, slice(None)) for v in factor.scope)
+    h = network.host[i]
+    if h < 0:  # every variable observed (or an empty scope): probability one
+        out[index] = 1.0
+        return out
+    kept = [v for v in factor.scope if v not in observed]
+    position = {name: k for k, name in enumerate(network.model.variables)}
+    inner = [position[model.variables[v]] for v in kept]  # conditioned positions
+    term = network.terms[h]
+    summed = tuple(a for a, u in enumerate(term) if u not in inner)
+    p = grads[h].sum(axis=summed)
+    remaining = [u for u in term if u in inner]
+    out[index] = np.transpose(p, [remaining.index(u) for u in inner])
+    return out
+
+
+def _map_assignment(
+    prepared: _Prepared, model: FactorGraph, evidence: Mapping[Hashable, int] | None
+) -> MapResult:
+    network = prepared.network
+    cond = network.model
+    observed = _observed(model, evidence)
+    if network.offset == -math.inf:
+        raise _zero_partition("a MAP assignment")
+    if prepared.plan is None:  # every variable observed
+        value, x = network.offset, []
+    else:
+        value, x = _decode(prepared)
+    if value == -math.inf:
+        raise _zero_partition("a MAP assignment")
+    assignment: dict[Hashable, int] = {}
+    by_name = dict(zip(cond.variables, x, strict=True))
+    for position, name in enumerate(model.variables):
+        assignment[name] = observed[position] if position in observed else by_name[name]
+    return MapResult(value, assignment)
+
+
+def _decode(prepared: _Prepared) -> tuple[float, list[int]]:
+    """The MAP value and a state attaining it: gradient first, then fallbacks."""
+    network = prepared.network
+    operands = prepared.operands()
+    value = network.offset + float(prepared.run(operands))
+    if value == -math.inf:
+        return value, []
+    tol = _tolerance(prepared.dtype, value)
+
+    def attains(x: list[int]) -> bool:
+        return abs(network.model.log_score(x) - value) <= tol
+
+    rng = np.random.default_rng(0)
+    # Why: the noise breaks ties yet moves any state's score by at most tol / 10.
+    for noise in (0.0, tol / (10 * len(network.tables))):
+        tables = network.tables
+        if noise:
+            tables = tuple(t + rng.uniform(0, noise, t.shape) for t in tables)
+        try:
+            grads = jax.grad(lambda ops: prepared.run(ops))(prepared.operands(tables))
+        except Exception:  # the max-semiring derivative is optional in the core
+            break
+        x = _argmax_states(network, [np.asarray(g) for g in grads])
+        if attains(x):
+            return value, x
+    return value, _fix_one_at_a_time(prepared, value, tol)
+
+
+def _argmax_states(network: Network, grads: list[np.ndarray]) -> list[int]:
+    states = []
+    for v in range(network.model.num_variables):
+        h = network.cover[v]
+        axes = tuple(a for a, u in enumerate(network.terms[h]) if u != v)
+        states.append(int(np.argmax(grads[h].sum(axis=axes))))
+    return states
+
+
+def _fix_one_at_a_time(prepared: _Prepared, value: float, tol: float) -> list[int]:
+    """Exact decoding: fix each variable to a state that keeps the maximum."""
+    network = prepared.network
+    tables = list(network.tables)
+    states = []
+    run: Callable = prepared.run
+    for v, card in enumerate(network.model.cardinalities):
+        h = network.cover[v]
+        axis = network.terms[h].index(v)
+        scores = []
+        for s in range(card):
+            mask = np.full(card, -np.inf)
+            mask[s] = 0.0
+            shape = [1] * tables[h].ndim
+            shape[axis] = card
+            trial = [*tables[:h], tables[h] + mask.reshape(shape), *tables[h + 1 :]]
+            scores.append(network.offset + float(run(prepared.operands(trial))))
+        s = int(np.argmax(scores))
+        if scores[s] < value - tol:  # pragma: no cover - would be a core bug
+            raise EinsliceError(
+                f"MAP decoding lost the maximum at variable {v} ({scores[s]} < "
+                f"{value}); please report this with the model."
+            )
+        mask = np.full(card, -np.inf)
+        mask[s] = 0.0
+        shape = [1] * tables[h].ndim
+        shape[axis] = card
+        tables[h] = tables[h] + mask.reshape(shape)
+        states.append(s)
+    return states
+
+
+def _tolerance(dtype: np.dtype, value: float) -> float:
+    eps = float(np.finfo(dtype).eps)
+    return 64 * eps * max(1.0, abs(value))
+
+
+def _observed(model: FactorGraph, evidence: Mapping[Hashable, int] | None):
+    position = {name: i for i, name in enumerate(model.variables)}
+    return {position[name]: int(s) for name, s in (evidence or {}).items()}
+
+
+def _zero_partition(what: str) -> EinsliceError:
+    return EinsliceError(
+        f"Z = 0: no state has positive probability under this evidence, so {what} "
+        "is undefined; check the evidence and the zeros in the tables (log "
+        "Z is -inf)."
+    )
