@@ -1,0 +1,171 @@
+"""The memory limit bounds what XLA compiles; sliced plans loop, unsliced ones don't.
+
+Temporary bytes come from ``jax.jit(f).lower(...).compile().memory_analysis()``
+(no device memory is allocated: nothing here runs at the big sizes).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import einslice
+from strategies import (
+    feasible_plan,
+    limit_fractions,
+    limit_from_fraction,
+    random_operands,
+    seeds,
+    sliceable_equations,
+    tight_limit_fractions,
+)
+
+SEED = "ij,ik,il,jk,jl,kl->ij"
+
+
+def temp_bytes(fn, *args) -> int:
+    compiled = jax.jit(fn).lower(*args).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+
+def structs(shapes, dtype):
+    return [jax.ShapeDtypeStruct(s, dtype) for s in shapes]
+
+
+def _loss(subscripts, limit):
+    def loss(*ops):
+        return jnp.sum(einslice.einsum(subscripts, *ops, memory_limit=limit))
+
+    return loss
+
+
+def _all_grads(fn, n):
+    return jax.grad(fn, argnums=tuple(range(n)))
+
+
+# --- the seed's formula: jnp.einsum asks for 17 GB ------------------------------
+
+
+def test_seed_formula_n256_fits_16MB():
+    args = structs([(256, 256)] * 6, jnp.float32)
+    assert temp_bytes(lambda *o: jnp.einsum(SEED, *o), *args) > 16_000_000
+    p = einslice.plan(SEED, *args, memory_limit="16MB")
+    assert p.sliced and p.peak_bytes <= 16_000_000, str(p)
+    got = temp_bytes(lambda *o: einslice.einsum(SEED, *o, memory_limit="16MB"), *args)
+    assert got <= 16_000_000, got
+
+
+def test_seed_formula_n256_gradient_fits_16MB():
+    args = structs([(256, 256)] * 6, jnp.float32)
+    grad = _all_grads(_loss(SEED, "16MB"), 6)
+    got = temp_bytes(grad, *args)
+    assert got <= 16_000_000, got
+
+
+def test_seed_formula_n256_log_semiring_fits_16MB():
+    args = structs([(256, 256)] * 6, jnp.float32)
+
+    def f(*o):
+        return einslice.log_einsum(SEED, *o, memory_limit="16MB")
+
+    assert temp_bytes(f, *args) <= 16_000_000
+    grad = jax.grad(lambda *o: jnp.sum(f(*o)), argnums=tuple(range(6)))
+    assert temp_bytes(grad, *args) <= 16_000_000
+
+
+@pytest.mark.parametrize("limit", ["1MB", "4MB", "64MB"])
+def test_seed_formula_n128_under_other_limits(limit):
+    args = structs([(128, 128)] * 6, jnp.float32)
+    bound = einslice.parse_memory_limit(limit)
+    got = temp_bytes(lambda *o: einslice.einsum(SEED, *o, memory_limit=limit), *args)
+    assert got <= bound, (got, bound)
+    assert temp_bytes(_all_grads(_loss(SEED, limit), 6), *args) <= bound
+
+
+# --- random formulas --------------------------------------------------------------
+
+
+@settings(max_examples=12)
+@given(sliceable_equations(max_size=12, max_elements=2**16), tight_limit_fractions)
+def test_compiled_temporaries_within_the_limit(eq, fraction):
+    for dtype in (np.float32, np.float64):
+        limit = limit_from_fraction(eq.subscripts, eq.shapes, fraction, dtype=dtype)
+        p, limit = feasible_plan(eq.subscripts, eq.shapes, limit, dtype=dtype)
+        got = temp_bytes(
+            lambda *o, limit=limit: einslice.einsum(
+                eq.subscripts, *o, memory_limit=limit
+            ),
+            *structs(eq.shapes, dtype),
+        )
+        assert got <= limit, (
+            f"{eq.subscripts} {eq.shapes} {dtype}: {got} > {limit}\n{p}"
+        )
+
+
+@settings(max_examples=6)
+@given(sliceable_equations(max_operands=4, max_size=12, max_elements=2**16))
+def test_compiled_gradient_temporaries_within_the_limit(eq):
+    args = structs(eq.shapes, np.float32)
+    unsliced = einslice.plan(eq.subscripts, *args)
+    limit = max(1, unsliced.peak_bytes // 2)
+    for _ in range(3):  # the derivative may ask for more than the forward pass
+        try:
+            got = temp_bytes(_all_grads(_loss(eq.subscripts, limit), len(args)), *args)
+            break
+        except einslice.MemoryLimitError as e:
+            assert e.smallest_limit > limit
+            limit = e.smallest_limit
+    else:
+        raise AssertionError("no limit was accepted")
+    assert got <= limit, f"{eq.subscripts} {eq.shapes}: {got} > {limit}"
+
+
+# --- jaxpr: one loop when sliced, none when not ----------------------------------
+
+LOOPS = {"scan", "while"}
+
+
+def _primitives(jaxpr):
+    for eqn in jaxpr.eqns:
+        yield eqn.primitive.name
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, tuple | list) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    yield from _primitives(inner)
+
+
+def primitives(fn, *args) -> list[str]:
+    return list(_primitives(jax.make_jaxpr(fn)(*args).jaxpr))
+
+
+def test_unsliced_matmul_is_one_dot_general_and_no_loop():
+    a = jnp.ones((64, 64), jnp.float32)
+    prims = primitives(lambda x, y: einslice.einsum("ij,jk->ik", x, y), a, a)
+    assert prims.count("dot_general") == 1, prims
+    assert not LOOPS & set(prims), prims
+
+
+def test_sliced_seed_formula_loops():
+    args = [jnp.ones((32, 32), jnp.float32)] * 6
+    p = einslice.plan(SEED, *args, memory_limit="20KB")
+    assert p.sliced, str(p)
+    prims = primitives(lambda *o: einslice.einsum(SEED, *o, memory_limit="20KB"), *args)
+    assert LOOPS & set(prims), prims
+    # no Python loop over chunks: far fewer dot_generals than chunks
+    assert prims.count("dot_general") <= 2 * len(p.path), prims
+
+
+@settings(max_examples=15)
+@given(sliceable_equations(), limit_fractions, seeds)
+def test_a_plan_loops_exactly_when_it_is_sliced(eq, fraction, seed):
+    ops = random_operands(eq, seed)
+    limit = limit_from_fraction(eq.subscripts, eq.shapes, fraction)
+    p, limit = feasible_plan(eq.subscripts, eq.shapes, limit, dtype=np.float64)
+    prims = primitives(
+        lambda *o: einslice.einsum(eq.subscripts, *o, memory_limit=limit), *ops
+    )
+    assert bool(LOOPS & set(prims)) == bool(p.sliced), (str(p), prims)
