@@ -41,7 +41,8 @@ def seed_table(cells, methods, matmul, baseline="scan_einsum"):
     Args:
         cells: results of ``_run.run`` on ``seed_formula(n)`` for several n.
         methods: column order.
-        matmul: method name -> the matmul GFLOP/s its fraction is relative to.
+        matmul: ``matmul(n, method)`` -> the matmul GFLOP/s the method's fraction
+            at n is relative to.
         baseline: the method every einslice variant's speed is divided by.
 
     Returns:
@@ -71,7 +72,9 @@ def seed_table(cells, methods, matmul, baseline="scan_einsum"):
                 row.append("")
         for m in ours:
             mine = by[n, m]
-            row.append(f"{100 * mine.gflops / matmul[m]:.0f}%" if mine.gflops else "")
+            reference = matmul(n, m)
+            ok = mine.gflops and reference
+            row.append(f"{100 * mine.gflops / reference:.0f}%" if ok else "")
         for m in ours:
             row.append(format_bytes(by[n, m].memory) if by[n, m].ran else "")
         rows.append(row)

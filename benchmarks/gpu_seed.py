@@ -91,7 +91,7 @@ def main():
         "- work counted as 2 n^4 FLOPs; % of matmul is against the matmul of the "
         "same precision",
         "",
-        seed_table(cells, METHODS, matmul),
+        seed_table(cells, METHODS, lambda n, m: matmul[m]),
         "",
         *_goal(cells),
         "",

@@ -10,7 +10,7 @@ memory the run needs, so that the caller can refuse to run what does not fit.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -84,6 +84,8 @@ class Runner:
             figure the out-of-memory guard checks; an estimate for peers.
         limit: the byte limit this run was given, when it has its own (einslice's
             resolved ``memory_limit``); None: the benchmark's ``--memory-limit``.
+        flops: the work of this run when it is not the formula's (a reference
+            computation timed alongside, such as a matmul).
     """
 
     call: Callable[[], object]
@@ -91,6 +93,7 @@ class Runner:
     memory_source: str
     needs: int
     limit: int | None = None
+    flops: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,8 @@ class Method:
             on its work (a ballpark measured on CPU); it turns the work into a
             first time estimate before the method has run once.
         ours: True for einslice's own methods (they are not "peers").
+        check: False for a reference that does not compute the formula (its
+            result is not compared with the others').
     """
 
     name: str
@@ -117,6 +122,7 @@ class Method:
     naive: bool = False
     ours: bool = False
     speed: float = 1.0
+    check: bool = True
 
     def missing(self) -> str | None:
         """Why the method cannot be imported, or None when it can."""
@@ -131,15 +137,15 @@ class Method:
 # -- JAX methods: compiled once, memory from XLA --------------------------------
 
 
-def _jax_runner(fn: Callable[..., object], operands: Operands) -> Runner:
-    """Compile ``fn`` for the operands; read its memory from XLA's analysis."""
+def _jax_runner(fn: Callable[..., object], args: Sequence[object]) -> Runner:
+    """Compile ``fn`` for the arguments; read its memory from XLA's analysis."""
     import jax
 
-    args = operands.jax
     compiled = jax.jit(fn).lower(*args).compile()
     analysis = compiled.memory_analysis()
     if analysis is None:  # a backend without the analysis: count operands only
-        temp, needs = None, operands.nbytes
+        temp = None
+        needs = sum(int(getattr(a, "nbytes", 0)) for a in args)
     else:
         temp = int(analysis.temp_size_in_bytes)
         needs = (
@@ -186,7 +192,7 @@ def einslice_method(
                 *formula.einsum_args(ops), memory_limit=limit, precision=precision
             )
 
-        runner = _jax_runner(fn, operands)
+        runner = _jax_runner(fn, operands.jax)
         # the limit einslice resolved (None: its device default), to check against
         plan = einslice.plan(*formula.einsum_args(operands.jax), memory_limit=limit)
         runner.limit = int(plan.memory_limit)
@@ -203,7 +209,9 @@ def _naive_einsum(formula: Formula, operands: Operands, ctx: Context) -> Runner:
     if formula.subscripts is None:
         raise NotApplicable("naive_einsum takes subscripts strings")
     subscripts = formula.subscripts
-    return _jax_runner(lambda *ops: einslice.naive_einsum(subscripts, *ops), operands)
+    return _jax_runner(
+        lambda *ops: einslice.naive_einsum(subscripts, *ops), operands.jax
+    )
 
 
 def _jnp_einsum(optimize: str) -> Callable[[Formula, Operands, Context], Runner]:
@@ -214,7 +222,7 @@ def _jnp_einsum(optimize: str) -> Callable[[Formula, Operands, Context], Runner]
 
         return _jax_runner(
             lambda *ops: jnp.einsum(*formula.einsum_args(ops), optimize=optimize),
-            operands,
+            operands.jax,
         )
 
     return prepare
@@ -228,7 +236,7 @@ def _seed_baseline(which: str) -> Callable[[Formula, Operands, Context], Runner]
 
         if formula.subscripts != SEED_SUBSCRIPTS:
             raise NotApplicable(f"{which} is written for {SEED_SUBSCRIPTS!r} only")
-        return _jax_runner(getattr(_seed, which), operands)
+        return _jax_runner(getattr(_seed, which), operands.jax)
 
     return prepare
 
@@ -406,6 +414,28 @@ def _torch_semiring(formula: Formula, operands: Operands, ctx: Context) -> Runne
         lambda: tse.einsum(equation, *tensors, block_size=block),
         None, "rss", needs,
     )  # fmt: skip
+
+
+def matmul_method(n: int | None = None, precision: str | None = None) -> Method:
+    """A float32 ``n x n`` matmul timed alongside the formula (``matmul``).
+
+    Its GFLOP/s, measured in the same rounds as the other methods, is the
+    device's throughput under the same load: the fair denominator on a shared
+    machine. ``n`` defaults to 2048 on CPU, 8192 on accelerators.
+    """
+
+    def prepare(formula: Formula, operands: Operands, ctx: Context) -> Runner:
+        import jax
+        import jax.numpy as jnp
+
+        size = n or (2048 if jax.default_backend() == "cpu" else 8192)
+        a = jnp.ones((size, size), jnp.float32)
+        runner = _jax_runner(lambda x, y: jnp.matmul(x, y, precision=precision), [a, a])
+        runner.flops = 2.0 * size**3
+        return runner
+
+    name = "matmul" if precision is None else f"matmul[{precision}]"
+    return Method(name, "float32 matmul reference", prepare, check=False)
 
 
 def all_methods() -> dict[str, Method]:

@@ -207,13 +207,11 @@ def _prepare(
     estimate: float,
     max_seconds: float,
 ) -> Runner | None:
-    """Skip, prepare and guard one method; a runner when it may run.
+    """Prepare, guard and skip one method; a runner when it may run.
 
-    Otherwise ``cell`` says why not (skipped, n/a, error, oom).
+    Otherwise ``cell`` says why not: n/a, error, oom (checked first: a program
+    that does not fit is OOM however long it would take), or skipped.
     """
-    if estimate > max_seconds:
-        cell.status, cell.estimate = "skipped", estimate
-        return None
     try:
         runner = method.prepare(formula, operands, ctx)
     except NotApplicable as e:
@@ -225,8 +223,13 @@ def _prepare(
     cell.needs, cell.memory, cell.memory_source = (
         runner.needs, runner.memory, runner.memory_source,
     )  # fmt: skip
+    if runner.flops is not None:
+        cell.flops = runner.flops
     if runner.needs > device.memory:
         cell.status = "oom"
+        return None
+    if estimate > max_seconds:
+        cell.status, cell.estimate = "skipped", estimate
         return None
     return runner
 
@@ -336,7 +339,10 @@ def _check_results(
     if not results:
         return
     ours = {m.name for m in methods if m.ours}
-    names = list(results)
+    unchecked = {m.name for m in methods if not m.check}
+    names = [name for name in results if name not in unchecked]
+    if not names:
+        return
 
     def error(a: np.ndarray, b: np.ndarray) -> float:
         if a.shape != b.shape:
@@ -352,7 +358,7 @@ def _check_results(
     best = max(names, key=votes)  # max keeps the first of equals: table order
     reference = results[best]
     for cell in row:
-        if cell.method in results:
+        if cell.method in names:
             cell.rel_error = error(results[cell.method], reference)
             if not cell.rel_error <= RESULT_TOLERANCE:
                 cell.status = "wrong"
