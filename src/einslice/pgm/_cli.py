@@ -1,0 +1,174 @@
+"""``einslice uai MODEL.uai [--evid FILE] --task PR|MAR|MAP``: the UAI solver interface.
+
+Prints the UAI inference competition's output format on stdout (or ``--output``):
+``PR`` then log10 Z; ``MAR`` then ``N  card p … card p …``; ``MAP`` then
+``N  x_1 … x_N``. Progress (reading, planning, running, with the plan's FLOPs and
+peak memory against the limit) goes to stderr, one line per phase. Errors are one
+line on stderr and exit code 1; ``einslice._cli`` registers this as ``uai``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from typing import TextIO
+
+__all__ = ["add_uai_parser", "run_uai"]
+
+TASKS = ("PR", "MAR", "MAP")
+
+
+def add_uai_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds the ``uai`` command to an ``argparse`` subparsers object.
+
+    Args:
+        subparsers: what ``ArgumentParser.add_subparsers()`` returned.
+
+    Returns:
+        The ``uai`` parser (its arguments land in the namespace `run_uai` reads).
+    """
+    p = subparsers.add_parser(
+        "uai",
+        help="exact inference on a .uai graphical model (PR, MAR, MAP)",
+        description="Exact inference on a UAI-format MARKOV or BAYES network within "
+        "a memory limit: PR (log10 of the partition function / probability of "
+        "evidence), MAR (every variable's marginal) or MAP (a most probable state). "
+        "Prints the UAI competition output format.",
+    )
+    p.add_argument("model", metavar="MODEL.uai", help="the model (gzip accepted)")
+    p.add_argument("--evid", metavar="FILE", default=None, help="an evidence file")
+    p.add_argument("--task", choices=TASKS, required=True, type=str.upper)
+    p.add_argument(
+        "--memory-limit",
+        default=None,
+        help="bound on the contraction's temporary memory, e.g. 1GB, 256MB "
+        "(default: einslice's device-derived limit)",
+    )
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    p.add_argument(
+        "--optimize",
+        default="auto",
+        help="contraction order search: auto (default), greedy, optimal, dp",
+    )
+    p.add_argument(
+        "-o", "--output", default=None, help="write the result here, not to stdout"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
+    """Runs ``einslice uai`` with parsed arguments; see the module docstring.
+
+    Args:
+        args: the namespace from the parser `add_uai_parser` made.
+        stdout: where the result goes when ``args.output`` is unset (default
+            ``sys.stdout``).
+
+    Returns:
+        The exit code: 0 on success, 1 on an error (reported on stderr).
+    """
+    out = sys.stdout if stdout is None else stdout
+    progress = _Progress(quiet=getattr(args, "quiet", False))
+    try:
+        text = _solve(args, progress)
+    except Exception as e:
+        import einslice
+
+        if not isinstance(e, einslice.EinsliceError):
+            raise
+        message = " ".join(str(e).split())
+        print(f"einslice uai: error: {message}", file=sys.stderr)
+        return 1
+    if args.output:
+        with open(args.output, "w") as f:
+            f.write(text)
+        progress(f"wrote {args.output}")
+    else:
+        out.write(text)
+        out.flush()
+    return 0
+
+
+def _solve(args: argparse.Namespace, progress: _Progress) -> str:
+    import jax
+
+    import einslice
+
+    from . import _infer
+    from ._uai import read_evidence, read_uai
+
+    if args.dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    limit = None if args.memory_limit is None else args.memory_limit
+    if isinstance(limit, str):
+        limit = einslice.parse_memory_limit(limit)
+    model = read_uai(args.model)
+    evidence = read_evidence(args.evid) if args.evid else {}
+    progress(
+        f"read {model.num_variables} variables, {len(model.factors)} factors"
+        + (f", {len(evidence)} observed" if evidence else "")
+        + "; planning"
+    )
+    semiring = "max" if args.task == "MAP" else "log"
+    prepared = _infer._prepare(
+        model, evidence, semiring, limit, args.optimize, args.dtype
+    )
+    progress(_describe(prepared, limit) + "; running")
+    if args.task == "PR":
+        log_z = _infer._log_partition(prepared)
+        progress(f"ln Z = {log_z!r}")
+        return f"PR\n{_log10(log_z)}\n"
+    if args.task == "MAR":
+        result = _infer._marginals(prepared, model, evidence, False)
+        progress(f"ln Z = {result.log_partition!r}")
+        fields = [str(model.num_variables)]
+        for name in model.variables:
+            p = result.variables[name]
+            fields += [str(len(p)), *(f"{x:.6g}" for x in p)]
+        return "MAR\n" + " ".join(fields) + "\n"
+    result = _infer._map_assignment(prepared, model, evidence)
+    progress(f"MAP log-score (ln) = {result.log_value!r}")
+    states = [str(result.assignment[name]) for name in model.variables]
+    return "MAP\n" + " ".join([str(model.num_variables), *states]) + "\n"
+
+
+def _describe(prepared, limit: int | None) -> str:
+    from .._plan._memory import format_bytes
+
+    plan = prepared.plan
+    tables = len(prepared.network.tables)
+    if plan is None:
+        return f"{tables} tables; nothing to contract (a constant)"
+    sliced = (
+        ", sliced " + ", ".join(f"{k}→{v}" for k, v in plan.sliced.items())
+        if plan.sliced
+        else ", no slicing"
+    )
+    budget = format_bytes(plan.memory_limit) + (" (default)" if limit is None else "")
+    return (
+        f"planned {tables} tables: {plan.flops:.3g} FLOPs, peak "
+        f"{format_bytes(plan.peak_bytes)} of {budget}{sliced}"
+    )
+
+
+def _log10(log_z: float) -> str:
+    if log_z == -math.inf:
+        return "-inf"
+    return f"{log_z / math.log(10):.10g}"
+
+
+class _Progress:
+    """One line per phase on stderr, with the seconds since the start."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            elapsed = time.perf_counter() - self.start
+            print(f"einslice uai [{elapsed:6.1f}s] {message}", file=sys.stderr)
+            sys.stderr.flush()

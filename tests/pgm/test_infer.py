@@ -1,0 +1,274 @@
+"""log Z, marginals and MAP against brute-force enumeration and numpy elimination."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import einslice
+from einslice import EinsliceError
+from einslice.pgm import (
+    FactorGraph,
+    log_partition,
+    map_assignment,
+    map_value,
+    marginals,
+    read_evidence,
+    read_uai,
+)
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "uai"
+needs_shared = pytest.mark.skipif(
+    not SHARED.is_dir(),
+    reason=f"the shared UAI instances are not at {SHARED} (see the issue: "
+    "../shared/data/uai relative to the repository root)",
+)
+# ln Z with no evidence, from ../shared/data/uai/README.md.
+README_LN_Z = {
+    "Promedus_24": 0.0,
+    "Grids_12": 697.8812055304381,
+    "sat-grid-pbl-0010.cnf": -math.inf,
+}
+README_LN_Z_EVIDENCE = {"Promedus_24": -13.497318928473792}
+
+
+# -- independent references (float64 numpy) ---------------------------------------
+
+
+def enumerate_states(model: FactorGraph, evidence=None):
+    """Every state consistent with the evidence, with its log-score."""
+    position = {name: i for i, name in enumerate(model.variables)}
+    fixed = {position[k]: v for k, v in (evidence or {}).items()}
+    ranges = [
+        [fixed[v]] if v in fixed else range(c)
+        for v, c in enumerate(model.cardinalities)
+    ]
+    states = list(itertools.product(*ranges))
+    scores = np.array([model.log_score(x) for x in states])
+    return states, scores
+
+
+def brute_log_z(model, evidence=None):
+    _, scores = enumerate_states(model, evidence)
+    return logsumexp(scores, axis=0)
+
+
+def brute_marginals(model, evidence=None):
+    states, scores = enumerate_states(model, evidence)
+    p = np.exp(scores - logsumexp(scores, axis=0))
+    variables = [np.zeros(c) for c in model.cardinalities]
+    factors = [np.zeros(f.log_table.shape) for f in model.factors]
+    for x, w in zip(states, p, strict=True):
+        for v, s in enumerate(x):
+            variables[v][s] += w
+        for f, table in zip(model.factors, factors, strict=True):
+            table[tuple(x[v] for v in f.scope)] += w
+    return variables, factors
+
+
+def logsumexp(x, axis):
+    x = np.asarray(x, dtype=np.float64)
+    top = np.max(x, axis=axis, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(x - top), axis=axis, keepdims=True)) + top
+    return np.squeeze(out, axis=axis)
+
+
+def eliminate_log_z(model: FactorGraph, evidence=None) -> float:
+    """Variable elimination in log space over a min-weight order (float64 numpy)."""
+    m = model.condition(evidence)
+    pool = [(f.scope, f.log_table) for f in m.factors]
+    total = 0.0
+    remaining = set(range(m.num_variables))
+    while remaining:
+
+        def weight(v, pool=pool):
+            scope = {u for s, _ in pool if v in s for u in s}
+            return math.prod(m.cardinalities[u] for u in scope)
+
+        v = min(remaining, key=weight)
+        remaining.discard(v)
+        bucket = [(s, t) for s, t in pool if v in s]
+        pool = [(s, t) for s, t in pool if v not in s]
+        if not bucket:
+            total += math.log(m.cardinalities[v])
+            continue
+        scope = tuple(sorted({u for s, _ in bucket for u in s}))
+        table = np.zeros([m.cardinalities[u] for u in scope])
+        for s, t in bucket:
+            order = sorted(range(len(s)), key=lambda a, s=s: s[a])
+            shape = [m.cardinalities[u] if u in s else 1 for u in scope]
+            table = table + np.transpose(t, order).reshape(shape)
+        pool.append(
+            (tuple(u for u in scope if u != v), logsumexp(table, scope.index(v)))
+        )
+    return total + math.fsum(float(t) for _, t in pool)
+
+
+# -- tiny hand-written models against enumeration ---------------------------------
+
+TINY = [
+    ("chain3.uai", None),
+    ("chain3.uai", {1: 2}),
+    ("sprinkler.uai", None),
+    ("sprinkler.uai", {3: 1}),
+    ("loop4.uai", None),
+    ("loop4.uai", {0: 1, 2: 0}),
+]
+
+
+@pytest.mark.parametrize(("name", "evidence"), TINY)
+def test_log_partition_matches_enumeration(name, evidence):
+    model = read_uai(DATA / name)
+    expected = brute_log_z(model, evidence)
+    got = log_partition(model, evidence, dtype="float64")
+    assert got == pytest.approx(expected, rel=1e-6)
+
+
+@pytest.mark.parametrize(("name", "evidence"), TINY[:2])
+def test_log_partition_float32(name, evidence):
+    model = read_uai(DATA / name)
+    got = log_partition(model, evidence)
+    assert got == pytest.approx(brute_log_z(model, evidence), abs=1e-5)
+
+
+def test_evidence_changes_the_result_as_enumeration_says():
+    model = read_uai(DATA / "sprinkler.uai")
+    evidence = read_evidence(DATA / "sprinkler.uai.evid")
+    # A BAYES network is normalized: Z = 1, and with evidence Z = p(wet grass).
+    assert log_partition(model, dtype="float64") == pytest.approx(0.0, abs=1e-12)
+    p_wet = math.exp(log_partition(model, evidence, dtype="float64"))
+    states, scores = enumerate_states(model)
+    expected = sum(math.exp(s) for x, s in zip(states, scores, strict=True) if x[3])
+    assert p_wet == pytest.approx(expected, rel=1e-9)
+    assert p_wet == pytest.approx(0.6471, abs=1e-4)  # the textbook value
+
+
+@pytest.mark.parametrize(
+    ("name", "evidence"), [("loop4.uai", None), ("sprinkler.uai", {3: 1})]
+)
+def test_marginals_match_enumeration(name, evidence):
+    model = read_uai(DATA / name)
+    variables, factors = brute_marginals(model, evidence)
+    got = marginals(model, evidence, factors=True, dtype="float64")
+    assert got.log_partition == pytest.approx(brute_log_z(model, evidence), rel=1e-6)
+    for v, expected in enumerate(variables):
+        np.testing.assert_allclose(got.variables[v], expected, rtol=1e-6, atol=1e-12)
+    assert got.factors is not None
+    for table, expected in zip(got.factors, factors, strict=True):
+        np.testing.assert_allclose(table, expected, rtol=1e-6, atol=1e-12)
+
+
+def test_observed_variables_get_a_point_mass():
+    model = read_uai(DATA / "chain3.uai")
+    got = marginals(model, {1: 2}, dtype="float64")
+    np.testing.assert_array_equal(got.variables[1], [0.0, 0.0, 1.0])
+    variables, _ = brute_marginals(model, {1: 2})
+    np.testing.assert_allclose(got.variables[0], variables[0], rtol=1e-6)
+
+
+def test_marginals_by_name_for_mbi_style_cliques():
+    rng = np.random.default_rng(0)
+    cliques = {("A", "B"): rng.normal(size=(2, 3)), ("B", "C"): rng.normal(size=(3, 2))}
+    model = FactorGraph.from_cliques(cliques, log=True)
+    got = marginals(model, dtype="float64")
+    variables, _ = brute_marginals(model)
+    assert list(got.variables) == ["A", "B", "C"]
+    for name, expected in zip("ABC", variables, strict=True):
+        np.testing.assert_allclose(got.variables[name], expected, rtol=1e-6)
+
+
+def test_map_matches_enumeration():
+    model = read_uai(DATA / "loop4.uai")
+    _, scores = enumerate_states(model)
+    assert map_value(model, dtype="float64") == pytest.approx(scores.max(), rel=1e-9)
+    result = map_assignment(model, dtype="float64")
+    assert result.log_value == pytest.approx(scores.max(), rel=1e-9)
+    x = [result.assignment[v] for v in model.variables]
+    assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-9)
+
+
+def test_map_with_evidence_keeps_the_observed_states():
+    model = read_uai(DATA / "chain3.uai")
+    states, scores = enumerate_states(model, {1: 0})
+    result = map_assignment(model, {1: 0}, dtype="float64")
+    assert result.assignment[1] == 0
+    assert result.log_value == pytest.approx(scores.max(), rel=1e-9)
+    assert states[int(np.argmax(scores))] == tuple(result.assignment.values())
+
+
+def test_zero_partition_is_minus_infinity_not_nan():
+    # Every table has non-zero entries, but x0 = x1 = x2 ≠ x0 is impossible.
+    model = read_uai(DATA / "frustrated.uai")
+    assert brute_log_z(model) == -np.inf
+    assert log_partition(model, dtype="float64") == -math.inf
+    assert log_partition(model) == -math.inf
+    assert map_value(model) == -math.inf
+    message = "Z = 0: no state has positive probability under this evidence"
+    with pytest.raises(EinsliceError, match=re.escape(message)):
+        marginals(model)
+
+
+def test_evidence_can_make_z_zero():
+    model = read_uai(DATA / "chain3.uai")  # φ(x1=0, x0=1) = 0 and φ(x2=1, x1=1) = 0
+    assert log_partition(model, {0: 1, 1: 0}, dtype="float64") == -math.inf
+
+
+def test_memory_limit_too_small_is_an_error_not_an_approximation():
+    model = read_uai(DATA / "loop4.uai")
+    with pytest.raises(einslice.MemoryLimitError) as info:
+        log_partition(model, memory_limit=8)
+    assert info.value.smallest_limit > 8
+    assert info.value.flops > 0
+
+
+def test_explicit_paths_are_refused():
+    model = read_uai(DATA / "chain3.uai")
+    with pytest.raises(EinsliceError, match=re.escape("cannot be an explicit path")):
+        log_partition(model, optimize=[(0, 1)])
+
+
+def test_float64_needs_x64(monkeypatch):
+    import jax
+
+    monkeypatch.setattr(jax.config, "read", lambda name: False)
+    with pytest.raises(EinsliceError, match=re.escape("needs 64-bit JAX")):
+        log_partition(read_uai(DATA / "chain3.uai"), dtype="float64")
+
+
+# -- the shared competition instances ----------------------------------------------
+
+
+@needs_shared
+def test_promedus_with_evidence_against_elimination_and_readme():
+    model = read_uai(SHARED / "Promedus_24.uai")
+    evidence = read_evidence(SHARED / "Promedus_24.uai.evid")
+    reference = eliminate_log_z(model, evidence)
+    assert reference == pytest.approx(README_LN_Z_EVIDENCE["Promedus_24"], abs=1e-9)
+    assert log_partition(model, evidence, dtype="float64") == pytest.approx(
+        reference, abs=1e-6
+    )
+    assert log_partition(model, evidence) == pytest.approx(reference, abs=1e-4)
+
+
+@needs_shared
+def test_grid_against_elimination_and_readme():
+    model = read_uai(SHARED / "Grids_12.uai")
+    reference = eliminate_log_z(model)
+    assert reference == pytest.approx(README_LN_Z["Grids_12"], abs=1e-9)
+    assert log_partition(model, dtype="float64") == pytest.approx(reference, abs=1e-6)
+    assert log_partition(model) == pytest.approx(reference, abs=1e-4)
+
+
+@needs_shared
+def test_unsatisfiable_sat_instance_is_minus_infinity():
+    model = read_uai(SHARED / "sat-grid-pbl-0010.cnf.uai")
+    assert eliminate_log_z(model) == -math.inf
+    assert log_partition(model) == README_LN_Z["sat-grid-pbl-0010.cnf"]
