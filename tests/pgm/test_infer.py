@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import einslice
 from einslice import EinsliceError
@@ -241,6 +243,43 @@ def test_float64_needs_x64(monkeypatch):
     monkeypatch.setattr(jax.config, "read", lambda name: False)
     with pytest.raises(EinsliceError, match=re.escape("needs 64-bit JAX")):
         log_partition(read_uai(DATA / "chain3.uai"), dtype="float64")
+
+
+@st.composite
+def small_models(draw):
+    """Up to 5 variables of 1-3 states, up to 5 factors (empty scopes allowed)."""
+    n = draw(st.integers(1, 5))
+    cards = draw(st.lists(st.integers(1, 3), min_size=n, max_size=n))
+    scopes = draw(
+        st.lists(
+            st.lists(st.integers(0, n - 1), max_size=3, unique=True),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    tables = [
+        rng.choice([0.0, 0.3, 1.0, 2.5], size=[cards[v] for v in s]) for s in scopes
+    ]
+    model = FactorGraph.from_factors(scopes, tables, cards)
+    observed = draw(st.lists(st.integers(0, n - 1), max_size=2, unique=True))
+    evidence = {v: draw(st.integers(0, cards[v] - 1)) for v in observed}
+    return model, evidence
+
+
+@settings(max_examples=8)
+@given(small_models())
+def test_random_models_match_enumeration(case):
+    model, evidence = case
+    expected = brute_log_z(model, evidence)
+    if expected == -np.inf:
+        assert log_partition(model, evidence, dtype="float64") == -math.inf
+        return
+    got = marginals(model, evidence, dtype="float64")
+    assert got.log_partition == pytest.approx(expected, rel=1e-6, abs=1e-9)
+    variables, _ = brute_marginals(model, evidence)
+    for v, p in enumerate(variables):
+        np.testing.assert_allclose(got.variables[v], p, rtol=1e-6, atol=1e-9)
 
 
 # -- the shared competition instances ----------------------------------------------

@@ -14,6 +14,7 @@ from ._infer import log_partition as log_partition
 from ._infer import map_assignment as map_assignment
 from ._infer import map_value as map_value
 from ._infer import marginals as marginals
+from ._model import Evidence as Evidence
 from ._model import Factor as Factor
 from ._model import FactorGraph as FactorGraph
 from ._uai import parse_evidence as parse_evidence
@@ -22,6 +23,7 @@ from ._uai import read_evidence as read_evidence
 from ._uai import read_uai as read_uai
 
 __all__ = [
+    "Evidence",
     "Factor",
     "FactorGraph",
     "MapResult",

@@ -11,8 +11,9 @@ first simplified exactly in numpy (see ``_network.py``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,7 @@ import numpy as np
 import einslice
 
 from .._errors import EinsliceError
-from ._model import FactorGraph
+from ._model import Evidence, FactorGraph
 from ._network import Network, build_network, choose_order, cluster_groups, merge
 
 __all__ = [
@@ -85,7 +86,7 @@ class _Prepared:
 
 def log_partition(
     model: FactorGraph,
-    evidence: Mapping[Hashable, int] | None = None,
+    evidence: Evidence | None = None,
     *,
     memory_limit: int | str | None = None,
     optimize: object = "auto",
@@ -129,7 +130,7 @@ def log_partition(
 
 def marginals(
     model: FactorGraph,
-    evidence: Mapping[Hashable, int] | None = None,
+    evidence: Evidence | None = None,
     *,
     factors: bool = False,
     memory_limit: int | str | None = None,
@@ -171,7 +172,7 @@ def marginals(
 
 def map_value(
     model: FactorGraph,
-    evidence: Mapping[Hashable, int] | None = None,
+    evidence: Evidence | None = None,
     *,
     memory_limit: int | str | None = None,
     optimize: object = "auto",
@@ -203,7 +204,7 @@ def map_value(
 
 def map_assignment(
     model: FactorGraph,
-    evidence: Mapping[Hashable, int] | None = None,
+    evidence: Evidence | None = None,
     *,
     memory_limit: int | str | None = None,
     optimize: object = "auto",
@@ -249,7 +250,7 @@ def map_assignment(
 
 def _prepare(
     model: FactorGraph,
-    evidence: Mapping[Hashable, int] | None,
+    evidence: Evidence | None,
     semiring: str,
     memory_limit: int | str | None,
     optimize: object,
@@ -291,7 +292,10 @@ def _resolve(network: Network, optimize: object) -> tuple[Network, object]:
     if isinstance(optimize, str | bool) or not callable(optimize):
         return network, optimize
     sizes = network.sizes()
-    path = optimize([tuple(t) for t in network.terms], (), sizes)  # search once
+    path = cast(  # a cotengra or opt_einsum path optimizer: search once
+        "Sequence[Sequence[int]]",
+        optimize([tuple(t) for t in network.terms], (), sizes),
+    )
     return network, [tuple(int(i) for i in step) for step in path]
 
 
@@ -327,7 +331,7 @@ def _map_value(prepared: _Prepared) -> float:
 def _marginals(
     prepared: _Prepared,
     model: FactorGraph,
-    evidence: Mapping[Hashable, int] | None,
+    evidence: Evidence | None,
     want_factors: bool,
 ) -> Marginals:
     network = prepared.network
@@ -397,7 +401,7 @@ def _factor_marginal(
 
 
 def _map_assignment(
-    prepared: _Prepared, model: FactorGraph, evidence: Mapping[Hashable, int] | None
+    prepared: _Prepared, model: FactorGraph, evidence: Evidence | None
 ) -> MapResult:
     network = prepared.network
     cond = network.model
@@ -491,7 +495,7 @@ def _tolerance(dtype: np.dtype, value: float) -> float:
     return 64 * eps * max(1.0, abs(value))
 
 
-def _observed(model: FactorGraph, evidence: Mapping[Hashable, int] | None):
+def _observed(model: FactorGraph, evidence: Evidence | None):
     position = {name: i for i, name in enumerate(model.variables)}
     return {position[name]: int(s) for name, s in (evidence or {}).items()}
 

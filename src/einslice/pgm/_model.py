@@ -11,12 +11,17 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
 
 from .._errors import EinsliceError
 
-__all__ = ["Factor", "FactorGraph"]
+__all__ = ["Evidence", "Factor", "FactorGraph"]
+
+# Variable name → observed state. Keys are Any, not Hashable, because Mapping is
+# invariant in its key type: a dict[int, int] must be accepted as it is.
+Evidence: TypeAlias = Mapping[Any, int]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -35,7 +40,9 @@ class Factor:
 
     def __post_init__(self) -> None:
         # Why: the graph is immutable; a table edited in place would go unchecked.
-        self.log_table.flags.writeable = False
+        table = np.asarray(self.log_table, dtype=np.float64)  # 0-d stays an array
+        object.__setattr__(self, "log_table", table)
+        table.flags.writeable = False
 
     def __repr__(self) -> str:
         return f"Factor(scope={self.scope}, shape={self.log_table.shape})"
@@ -141,8 +148,8 @@ class FactorGraph:
     @classmethod
     def from_cliques(
         cls,
-        cliques: Mapping[tuple[Hashable, ...], np.typing.ArrayLike],
-        cardinalities: Mapping[Hashable, int] | None = None,
+        cliques: Mapping[Any, np.typing.ArrayLike],
+        cardinalities: Mapping[Any, int] | None = None,
         *,
         log: bool = False,
     ) -> FactorGraph:
@@ -209,7 +216,7 @@ class FactorGraph:
         """The number of variables."""
         return len(self.cardinalities)
 
-    def condition(self, evidence: Mapping[Hashable, int] | None) -> FactorGraph:
+    def condition(self, evidence: Evidence | None) -> FactorGraph:
         """Observes some variables: slices every table, then drops those variables.
 
         Args:

@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 
 import cotengra
 import numpy as np
@@ -189,23 +190,23 @@ def _search(
         order = _elimination_order(terms, sizes, rng, criterion)
         groups = _bucket_groups(terms, sizes, order, MERGE_MAX_ENTRIES)
         merged = [_union(terms, g) for g in groups]
-        tree = cotengra.ContractionTree.from_path(
-            merged, (), sizes, edge_path=order, autocomplete=True
-        )
+        options: dict = {"edge_path": order, "autocomplete": True}
+        tree = cotengra.ContractionTree.from_path(merged, (), sizes, **options)
         candidates.append((_estimate(tree, len(groups)), groups, tree.get_path()))
     # A cotengra greedy hyper-search on tables clustered regardless of the order.
     groups = _cluster(terms, sizes, CLUSTER_MAX_ENTRIES)
     merged = [_union(terms, g) for g in groups]
-    optimizer = cotengra.HyperOptimizer(
-        methods=["greedy"],  # kahypar is not a dependency; greedy is the best
-        max_repeats=32,  # of the rest on these networks
-        max_time=_SEARCH_TIME_S,
-        reconf_opts={"subtree_size": 4},  # larger subtrees are slow in Python
-        optlib="random",  # no optuna dependency
-        parallel=False,
-        progbar=False,
-    )
-    tree = optimizer.search(merged, (), sizes)
+    settings: dict = {
+        "methods": ["greedy"],  # kahypar is not a dependency; greedy is the best
+        "max_repeats": 32,  # of the rest on these networks
+        "max_time": _SEARCH_TIME_S,
+        "reconf_opts": {"subtree_size": 4},  # larger subtrees are slow in Python
+        "optlib": "random",  # no optuna dependency
+        "parallel": False,
+        "progbar": False,
+    }
+    optimizer = cotengra.HyperOptimizer(**settings)
+    tree = cast(cotengra.ContractionTree, optimizer.search(merged, (), sizes))
     candidates.append((_estimate(tree, len(groups)), groups, tree.get_path()))
     _, groups, path = min(candidates, key=lambda c: c[0])
     return (
