@@ -1,0 +1,257 @@
+"""The "log" and "max" semirings against brute force (issue 4).
+
+References materialize the table over every index in float64 numpy and reduce
+it: ``scipy.special.logsumexp`` for "log", ``max`` for "max"
+(``strategies.materialized_reduce``).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import einslice
+from strategies import (
+    Equation,
+    equations,
+    feasible_plan,
+    limit_fractions,
+    limit_from_fraction,
+    materialized_reduce,
+    seeds,
+    sliceable_equations,
+    tight_limit_fractions,
+)
+
+
+def log_operands(eq: Equation, seed: int, neg_inf: float, dtype=np.float32):
+    """Entries uniform in [-100, 100]; a share ``neg_inf`` of them -inf, and, when
+    that share is nonzero, one whole row (first axis) of one operand -inf."""
+    rng = np.random.default_rng(seed)
+    ops = []
+    for shape in eq.shapes:
+        x = rng.uniform(-100, 100, shape)
+        if neg_inf:
+            x[rng.random(shape) < neg_inf] = -np.inf
+        ops.append(x)
+    if neg_inf:
+        with_rows = [k for k, x in enumerate(ops) if x.ndim and x.shape[0]]
+        if with_rows:
+            k = with_rows[rng.integers(len(with_rows))]
+            ops[k][rng.integers(ops[k].shape[0])] = -np.inf
+    return [np.asarray(x, dtype=dtype) for x in ops]
+
+
+def assert_log_close(out, ref, atol):
+    out = np.asarray(out)
+    assert out.shape == ref.shape, (out.shape, ref.shape)
+    assert not np.isnan(out).any(), out
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(ref))
+    finite = np.isfinite(ref)
+    assert np.isfinite(out[finite]).all()
+    err = np.abs(out[finite].astype(np.float64) - ref[finite])
+    assert err.size == 0 or err.max() <= atol, f"max error {err.max()}"
+
+
+def _einsum_at(eq, ops, fraction, semiring, dtype=np.float32):
+    limit = limit_from_fraction(
+        eq.subscripts, eq.shapes, fraction, dtype=dtype, semiring=semiring
+    )
+    _, limit = feasible_plan(
+        eq.subscripts, eq.shapes, limit, dtype=dtype, semiring=semiring
+    )
+    return einslice.einsum(eq.subscripts, *ops, memory_limit=limit, semiring=semiring)
+
+
+neg_inf_shares = st.sampled_from([0.0, 0.0, 0.3, 0.7, 1.0])
+
+
+# --- "log" ------------------------------------------------------------------------
+
+
+@given(
+    equations(max_operands=5, max_elements=512), seeds, neg_inf_shares, limit_fractions
+)
+def test_log_matches_logsumexp(eq, seed, neg_inf, fraction):
+    ops = log_operands(eq, seed, neg_inf)
+    ref = materialized_reduce(eq, [x.astype(np.float64) for x in ops], "log")
+    out = _einsum_at(eq, ops, fraction, "log")
+    assert out.dtype == jnp.float32
+    assert_log_close(out, ref, atol=1e-4)
+
+
+@given(
+    sliceable_equations(max_operands=5, max_elements=2**14),
+    seeds,
+    neg_inf_shares,
+    tight_limit_fractions,
+)
+def test_log_matches_logsumexp_when_sliced(eq, seed, neg_inf, fraction):
+    ops = log_operands(eq, seed, neg_inf)
+    ref = materialized_reduce(eq, [x.astype(np.float64) for x in ops], "log")
+    assert_log_close(_einsum_at(eq, ops, fraction, "log"), ref, atol=1e-4)
+
+
+@settings(max_examples=15)
+@given(sliceable_equations(max_operands=4, max_elements=2**13), seeds, limit_fractions)
+def test_log_float64_is_accurate(eq, seed, fraction):
+    ops = log_operands(eq, seed, 0.0, dtype=np.float64)
+    ref = materialized_reduce(eq, ops, "log")
+    out = _einsum_at(eq, ops, fraction, "log", dtype=np.float64)
+    assert out.dtype == jnp.float64
+    assert_log_close(out, ref, atol=1e-9)
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["unsliced", "sliced"])
+def test_log_chunks_that_are_all_neg_inf(sliced):
+    # All but the last few values of j are -inf in A, and row 3 is -inf
+    # throughout: most chunks of a sliced j contribute nothing, and the running
+    # log-add-exp starts from -inf; row 3 of the result must be exactly -inf.
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-100, 100, (40, 50)).astype(np.float32)
+    b = rng.uniform(-100, 100, (50, 30)).astype(np.float32)
+    a[:, :45] = -np.inf
+    a[3] = -np.inf
+    b[:, 7] = -np.inf
+    eq = Equation(("ij", "jk"), "ik", (a.shape, b.shape))
+    fraction = 0.05 if sliced else None
+    limit = limit_from_fraction(eq.subscripts, eq.shapes, fraction, semiring="log")
+    p, limit = feasible_plan(eq.subscripts, eq.shapes, limit, semiring="log")
+    assert bool(p.sliced) == sliced, str(p)
+    out = einslice.log_einsum("ij,jk->ik", a, b, memory_limit=limit)
+    ref = materialized_reduce(eq, [a.astype(np.float64), b.astype(np.float64)], "log")
+    assert np.isneginf(ref[3]).all() and np.isneginf(ref[:, 7]).all()
+    assert_log_close(out, ref, atol=1e-4)
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["unsliced", "sliced"])
+def test_log_of_all_neg_inf_is_neg_inf(sliced):
+    a = np.full((20, 30), -np.inf, np.float32)
+    b = np.zeros((30, 25), np.float32)
+    limit = None
+    if sliced:
+        limit = einslice.plan("ij,jk->ik", a, b, semiring="log").peak_bytes // 4
+    for subscripts in ("ij,jk->ik", "ij,jk->", "ij,jk->ijk"):
+        try:
+            out = einslice.log_einsum(subscripts, a, b, memory_limit=limit)
+        except einslice.MemoryLimitError as e:
+            out = einslice.log_einsum(subscripts, a, b, memory_limit=e.smallest_limit)
+        assert np.isneginf(np.asarray(out)).all(), out
+
+
+@pytest.mark.parametrize("semiring", ["log", "max"])
+def test_empty_sum_is_neg_inf(semiring):
+    # the semiring's zero: log Σ over nothing, max over nothing
+    a, b = np.zeros((2, 0)), np.zeros((0, 3))
+    out = einslice.einsum("ij,jk->ik", a, b, semiring=semiring)
+    np.testing.assert_array_equal(out, np.full((2, 3), -np.inf))
+
+
+def test_log_keeps_terms_whose_shifted_product_underflows():
+    # Found by test_log_chunks_that_are_all_neg_inf: shifting A by its row max
+    # (87) and B by its column max (84) leaves exp(37 - 87) * exp(39 - 84) =
+    # exp(-95), below float32's normal range, so the j=2 term (76) was dropped
+    # although it is only 9 below the largest (85).
+    a = np.array([[-np.inf, 87, 37, 65]], np.float32)
+    b = np.array([[84], [-93], [39], [20]], np.float32)
+    ref = 85 + np.log1p(np.exp(76.0 - 85) + np.exp(-6.0 - 85))  # terms 85, 76, -6
+    out = einslice.log_einsum("ij,jk->ik", a, b)
+    assert abs(float(out[0, 0]) - ref) <= 1e-4, (float(out[0, 0]), ref)
+
+
+def test_log_of_equal_entries_counts_them():
+    # log Σ_j exp(0 + 0) = log n, the textbook check
+    n = 37
+    out = einslice.log_einsum("ij,j->i", np.zeros((3, n)), np.zeros(n))
+    np.testing.assert_allclose(out, np.full(3, np.log(n)), rtol=1e-6)
+
+
+# --- "max" ------------------------------------------------------------------------
+
+
+def _max_close(out, ref):
+    out = np.asarray(out)
+    assert out.shape == ref.shape
+    assert not np.isnan(out).any()
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(ref))
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(out[finite], ref[finite], rtol=1e-12, atol=1e-11)
+
+
+@given(equations(max_operands=6), seeds, neg_inf_shares, limit_fractions)
+def test_max_matches_brute_force(eq, seed, neg_inf, fraction):
+    ops = log_operands(eq, seed, neg_inf, dtype=np.float64)
+    ref = materialized_reduce(eq, ops, "max")
+    out = _einsum_at(eq, ops, fraction, "max", dtype=np.float64)
+    _max_close(out, ref)
+
+
+@settings(max_examples=20)
+@given(sliceable_equations(max_elements=2**14), seeds, neg_inf_shares)
+def test_max_matches_brute_force_when_sliced(eq, seed, neg_inf):
+    ops = log_operands(eq, seed, neg_inf, dtype=np.float64)
+    ref = materialized_reduce(eq, ops, "max")
+    _max_close(_einsum_at(eq, ops, 0.05, "max", dtype=np.float64), ref)
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["unsliced", "sliced"])
+def test_max_gradient_is_the_indicator_of_the_maximizer(sliced):
+    rng = np.random.default_rng(3)
+    a = jnp.asarray(rng.standard_normal((12, 20)))
+    b = jnp.asarray(rng.standard_normal((20, 9)))
+    limit = None
+    if sliced:
+        limit = einslice.plan("ij,jk->ik", a, b, semiring="max").peak_bytes // 4
+        assert einslice.plan(
+            "ij,jk->ik", a, b, semiring="max", memory_limit=limit
+        ).sliced
+
+    def f(x, y, limit):
+        return jnp.sum(einslice.max_einsum("ij,jk->ik", x, y, memory_limit=limit))
+
+    try:
+        ga, gb = jax.grad(f, argnums=(0, 1))(a, b, limit)
+    except einslice.MemoryLimitError as e:
+        ga, gb = jax.grad(f, argnums=(0, 1))(a, b, e.smallest_limit)
+    best = np.argmax(np.asarray(a)[:, :, None] + np.asarray(b)[None], axis=1)
+    ref_a, ref_b = np.zeros(a.shape), np.zeros(b.shape)
+    for i in range(a.shape[0]):
+        for k in range(b.shape[1]):
+            ref_a[i, best[i, k]] += 1
+            ref_b[best[i, k], k] += 1
+    np.testing.assert_array_equal(ga, ref_a)
+    np.testing.assert_array_equal(gb, ref_b)
+
+
+# --- shortcuts and transforms -------------------------------------------------------
+
+
+def test_shortcuts_equal_the_semiring_argument():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((5, 6)), rng.standard_normal((6, 7))
+    np.testing.assert_array_equal(
+        einslice.log_einsum("ij,jk->ik", a, b),
+        einslice.einsum("ij,jk->ik", a, b, semiring="log"),
+    )
+    np.testing.assert_array_equal(
+        einslice.max_einsum("ij,jk->ik", a, b, memory_limit=2000),
+        einslice.einsum("ij,jk->ik", a, b, semiring="max", memory_limit=2000),
+    )
+
+
+@pytest.mark.parametrize("semiring", ["log", "max"])
+def test_semirings_under_jit_and_vmap(semiring):
+    rng = np.random.default_rng(2)
+    a = rng.uniform(-5, 5, (3, 6, 7))
+    b = rng.uniform(-5, 5, (7, 5))
+    eq = Equation(("ij", "jk"), "ik", ((6, 7), (7, 5)))
+    refs = np.stack([materialized_reduce(eq, [x, b], semiring) for x in a])
+
+    def f(x):
+        return einslice.einsum("ij,jk->ik", x, b, semiring=semiring)
+
+    np.testing.assert_allclose(jax.jit(jax.vmap(f))(a), refs, rtol=1e-10)
