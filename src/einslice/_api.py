@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from functools import cache, lru_cache, partial
+from functools import cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -164,14 +164,10 @@ def plan(
     """
     if isinstance(subscripts, str):
         items = list(operands)
+        spec = parse_subscripts(subscripts, len(items))
     else:
-        items, spec_args = _interleaved_shapes(subscripts, operands)
-        del spec_args
+        items, spec = parse_interleaved([subscripts, *operands])
     arrays = [_as_struct(x, dtype, k) for k, x in enumerate(items)]
-    if isinstance(subscripts, str):
-        spec = parse_subscripts(subscripts, len(arrays))
-    else:
-        _, spec = parse_interleaved([subscripts, *operands])
     target = _target(devices, mesh, mesh_axis)
     return _plan(
         spec, arrays, memory_limit, optimize, semiring, preferred_element_type, target
@@ -264,47 +260,14 @@ def _plan(
         else parse_memory_limit(memory_limit)
     )
     devices, mesh, mesh_axis = target
-    p = _cached_plan(
-        equation,
-        itemsize,
-        dtype.name,
-        limit,
-        optimize_key(optimize),
-        optimize,
-        semiring,
-        devices,
-    )
+    key = optimize_key(optimize)
+    # Plans are cached on every argument; an unhashable optimizer object
+    # (rare: most are hashable by identity) is planned afresh each call.
+    planner = make_plan if _hashable(key) else make_plan.__wrapped__
+    p = planner(equation, itemsize, dtype.name, limit, key, semiring, devices)
     if mesh is not None:
         p = dataclasses.replace(p, mesh=mesh, mesh_axis=mesh_axis)
     return p
-
-
-@lru_cache(maxsize=1024)
-def _plan_cache(
-    equation, itemsize, dtype, limit, key, semiring, holder, devices=1
-) -> Plan:
-    return make_plan(
-        equation, itemsize, dtype, limit, holder.optimize, semiring, devices
-    )
-
-
-class _Holder:
-    """Carries an unhashable optimize value past the cache, keyed by its key."""
-
-    __slots__ = ("key", "optimize")
-
-    def __init__(self, key, optimize):
-        self.key, self.optimize = key, optimize
-
-    def __hash__(self):
-        return hash(self.key) if _hashable(self.key) else id(self.optimize)
-
-    def __eq__(self, other):
-        return isinstance(other, _Holder) and (
-            self.key == other.key
-            if _hashable(self.key)
-            else self.optimize is other.optimize
-        )
 
 
 def _hashable(x) -> bool:
@@ -313,17 +276,6 @@ def _hashable(x) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _cached_plan(
-    equation, itemsize, dtype, limit, key, optimize, semiring, devices=1
-) -> Plan:
-    holder = _Holder(key, optimize if not isinstance(optimize, list) else key[1])
-    if isinstance(optimize, list | tuple):
-        holder.optimize = key[1]
-    return _plan_cache(
-        equation, itemsize, dtype, limit, None, semiring, holder, devices
-    )
 
 
 def _compute_dtype(arrays, semiring: str) -> np.dtype:
@@ -339,11 +291,6 @@ def _split(subscripts, operands) -> tuple[list, Spec]:
         return arrays, parse_subscripts(subscripts, len(arrays))
     items, spec = parse_interleaved([subscripts, *operands])
     return [_as_array(x, k) for k, x in enumerate(items)], spec
-
-
-def _interleaved_shapes(first, rest):
-    items, spec = parse_interleaved([first, *rest])
-    return items, spec
 
 
 def _as_array(x, k: int):

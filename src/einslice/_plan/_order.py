@@ -36,9 +36,9 @@ _DP_MAX_OPERANDS = 12
 
 
 def optimize_key(optimize: object) -> object:
-    """A hashable stand-in for ``optimize``, for plan caches."""
+    """``optimize`` in a hashable form that ``find_path`` accepts (plan caches)."""
     if isinstance(optimize, list | tuple):
-        return ("path", normalize_path(optimize))
+        return normalize_path(optimize)
     return optimize
 
 
