@@ -395,14 +395,18 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
         None if memory_limit is None else parse_memory_limit(memory_limit),
         device.memory,
     )
+    # the sweep times a matmul alongside each n: its fractions then hold even
+    # when the load of a shared machine changes during the run
+    timed = methods if args.suite else [*methods, _methods.matmul_method()]
     cells = _run.run(
         formulas,
-        methods,
+        timed,
         ctx,
         device,
         matmul_gflops=gflops,
         max_seconds=args.max_seconds,
         repeats=args.repeats,
+        interleave=True,
         dtype=args.dtype,
         progress=not args.no_progress,
     )

@@ -434,7 +434,7 @@ def matmul_method(n: int | None = None, precision: str | None = None) -> Method:
         runner.flops = 2.0 * size**3
         return runner
 
-    name = "matmul" if precision is None else f"matmul[{precision}]"
+    name = "matmul" if precision is None else f"matmul[{precision}]"  # REFERENCE
     return Method(name, "float32 matmul reference", prepare, check=False)
 
 

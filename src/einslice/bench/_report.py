@@ -143,8 +143,35 @@ def _notes(cells: Sequence[Cell]) -> list[str]:
     return lines
 
 
+REFERENCE = "matmul"
+"""The name of the matmul timed alongside each formula (``matmul_method()``).
+
+Its cells give the throughput that fractions are taken against; tables and
+plots leave it out, the CSV keeps it.
+"""
+
+
+def _references(cells: Sequence[Cell]) -> dict[tuple[str, int | None], float]:
+    """(formula, n) -> the GFLOP/s of the matmul timed alongside it."""
+    return {
+        (c.formula, c.n): c.gflops for c in cells if c.method == REFERENCE and c.gflops
+    }
+
+
+def _shown(cells: Sequence[Cell]) -> list[Cell]:
+    """The cells tables and plots show: all but the matmul reference."""
+    return [c for c in cells if c.method != REFERENCE]
+
+
 def sweep_markdown(cells: Sequence[Cell], header: Header) -> str:
-    """The seed-style report: time, memory and GFLOP/s tables, rows by n."""
+    """The seed-style report: time, memory and GFLOP/s tables, rows by n.
+
+    Fractions of matmul throughput are taken against the matmul timed
+    alongside each n when there is one (the load of a shared machine changes
+    during a run), else against the header's figure.
+    """
+    refs = _references(cells)
+    cells = _shown(cells)
     methods = _methods(cells)
     sizes = list(dict.fromkeys(c.n for c in cells))
     by = {(c.n, c.method): c for c in cells}
@@ -152,16 +179,17 @@ def sweep_markdown(cells: Sequence[Cell], header: Header) -> str:
     sections = (
         ("time", "Median time (s) after warm-up"),
         ("memory", MEMORY_TITLE),
-        ("gflops", "GFLOP/s (fraction of this device's matmul throughput)"),
+        (
+            "gflops",
+            "GFLOP/s (fraction of this device's matmul throughput"
+            + (", timed alongside at each n)" if refs else ")"),
+        ),
     )
     for what, title in sections:
-        rows = [
-            [
-                str(n),
-                *(cell_text(by[n, m], what, header.matmul_gflops) for m in methods),
-            ]
-            for n in sizes
-        ]
+        rows = []
+        for n in sizes:
+            ref = refs.get((cells[0].formula, n), header.matmul_gflops)
+            rows.append([str(n), *(cell_text(by[n, m], what, ref) for m in methods)])
         parts += ["", f"### {title}", "", markdown_table(["n", *methods], rows)]
     notes = _notes(cells)
     if notes:
@@ -282,13 +310,19 @@ CSV_FIELDS = (
 
 
 def write_csv(path: str, cells: Sequence[Cell], matmul_gflops: float) -> None:
-    """One row per cell, every measured field (long format)."""
+    """One row per cell, every measured field (long format).
+
+    Fractions are against the matmul timed alongside, if any, else
+    ``matmul_gflops``.
+    """
+    refs = _references(cells)
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_FIELDS)
         for c in cells:
             gflops = c.gflops
-            fraction = gflops / matmul_gflops if gflops and matmul_gflops else None
+            ref = refs.get((c.formula, c.n), matmul_gflops)
+            fraction = gflops / ref if gflops and ref else None
             writer.writerow([
                 c.formula, c.n, c.method, c.status, c.seconds, c.runs, c.memory,
                 c.memory_source, c.needs, c.estimate, c.flops, gflops, fraction,
@@ -302,6 +336,7 @@ def plot_sweep(path: str, cells: Sequence[Cell], title: str) -> None:
     Runs that did not fit are drawn at the memory they would have needed, with
     hollow markers, so the plot shows where each method stops.
     """
+    cells = _shown(cells)
     import matplotlib
 
     matplotlib.use("Agg")
@@ -353,6 +388,7 @@ def _style(k: int) -> dict[str, object]:
 
 def plot_suite(path: str, cells: Sequence[Cell], title: str) -> None:
     """Time per formula, one marker per method, log scale (PNG)."""
+    cells = _shown(cells)
     import matplotlib
 
     matplotlib.use("Agg")

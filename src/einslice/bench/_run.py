@@ -287,12 +287,14 @@ def _time_interleaved(
 ) -> dict[str, np.ndarray]:
     """Warm each runner up, then time them in rounds: ABC ABC ...
 
-    Rounds stop at ``repeats``, or when the slowest method's runs would exceed
-    ``budget`` seconds; at least one round follows the warm-ups.
+    Each method gets as many rounds as fit its runs in ``budget`` seconds (at
+    most ``repeats``); one slower than ``budget`` keeps its warm-up run as the
+    measurement, as :func:`time_call` does.
     """
     results: dict[str, np.ndarray] = {}
+    rounds: dict[str, int] = {}
+    warm_time: dict[str, float] = {}
     ready: list[tuple[Cell, Runner]] = []
-    slowest = 0.0
     for cell, runner in prepared:
         try:
             warm = time_call(
@@ -305,18 +307,21 @@ def _time_interleaved(
             continue
         _record_memory(cell, runner, formula, operands, ctx, warm.peak_bytes)
         results[cell.method] = _to_numpy(warm.result)
-        slowest = max(slowest, warm.median)
+        warm_time[cell.method] = warm.median
+        slow = warm.median >= budget
+        per_run = max(warm.median, 1e-9)
+        rounds[cell.method] = 0 if slow else min(repeats, int(budget / per_run))
         ready.append((cell, runner))
-    rounds = max(1, min(repeats, int(budget / max(slowest, 1e-9))))
     times: dict[str, list[float]] = {cell.method: [] for cell, _ in ready}
-    for _ in range(rounds):
+    for r in range(max(rounds.values(), default=0)):
         for cell, runner in ready:
-            start = time.perf_counter()
-            runner.call()
-            times[cell.method].append(time.perf_counter() - start)
+            if r < rounds[cell.method]:
+                start = time.perf_counter()
+                runner.call()
+                times[cell.method].append(time.perf_counter() - start)
     for cell, _ in ready:
-        cell.seconds = statistics.median(times[cell.method])
-        cell.runs = rounds
+        runs = times[cell.method] or [warm_time[cell.method]]
+        cell.seconds, cell.runs = statistics.median(runs), len(runs)
         bar.update(1)
     return results
 
