@@ -147,7 +147,8 @@ def time_call(
 
     Args:
         call: runs the computation once and blocks until it is done.
-        repeats: most timed runs after the warm-up.
+        repeats: timed runs after the warm-up (more for calls so fast that
+            ``repeats`` runs take under :data:`FILL_SECONDS`).
         budget: seconds the timed runs may take together.
         probe: how to measure the warm-up's peak memory growth: ``"tracemalloc"``
             (Python and numpy allocations, exact), ``"rss"`` (peak resident
@@ -176,13 +177,29 @@ def time_call(
             peak = None if after is None else max(0, after - before)
     if warm >= budget or repeats == 0:  # repeats=0: the warm-up run only
         return Timing(warm, 1, result, peak)
-    runs = max(1, min(repeats, int(budget / max(warm, 1e-9))))
+    runs = timed_runs(warm, repeats, budget)
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         result = call()
         times.append(time.perf_counter() - start)
     return Timing(statistics.median(times), runs, result, peak)
+
+
+FILL_SECONDS = 0.2
+"""Fast calls are repeated for at least this long: a median of 5 runs of 50 µs
+is noise on a shared machine."""
+
+
+def timed_runs(seconds: float, repeats: int, budget: float) -> int:
+    """How many timed runs a call of ``seconds`` gets.
+
+    At least ``repeats`` (or as many as fill :data:`FILL_SECONDS`, if more),
+    at most what fits in ``budget``, and at least one.
+    """
+    per_run = max(seconds, 1e-9)
+    wanted = max(repeats, int(FILL_SECONDS / per_run))
+    return max(1, min(wanted, int(budget / per_run)))
 
 
 def _status_kb(key: str) -> int | None:

@@ -256,10 +256,15 @@ def summary_line(comparisons: Sequence[Comparison]) -> str:
     geo_text = "n/a" if geo is None else f"{geo:.2f}x"
     return (
         f"einslice vs the best peer that fit: geometric-mean speed-up {geo_text} "
-        f"over {len(ratios)} formulas; einslice fastest on {fastest}/{len(ratios)}; "
-        f"a peer ran out of memory or over the limit on {failed} formulas; "
-        f"einslice over its limit on {over}."
+        f"over {_count(len(ratios), 'formula')}; einslice fastest on "
+        f"{fastest}/{len(ratios)}; a peer ran out of memory or over the limit on "
+        f"{_count(failed, 'formula')}; einslice over its limit on {over}."
     )
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 formula``, ``3 formulas``."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def suite_markdown(

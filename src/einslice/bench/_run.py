@@ -19,7 +19,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ._measure import Device, time_call
+from ._measure import Device, time_call, timed_runs
 from ._methods import Context, Method, NotApplicable, Operands, Runner
 from ._suite import Formula, make_operands, work_flops
 
@@ -287,9 +287,10 @@ def _time_interleaved(
 ) -> dict[str, np.ndarray]:
     """Warm each runner up, then time them in rounds: ABC ABC ...
 
-    Each method gets as many rounds as fit its runs in ``budget`` seconds (at
-    most ``repeats``); one slower than ``budget`` keeps its warm-up run as the
-    measurement, as :func:`time_call` does.
+    Each method gets the rounds :func:`timed_runs` gives it (``repeats``, more
+    for very fast calls, fewer when ``budget`` is short); one slower than
+    ``budget`` keeps its warm-up run as the measurement, as :func:`time_call`
+    does.
     """
     results: dict[str, np.ndarray] = {}
     rounds: dict[str, int] = {}
@@ -309,8 +310,7 @@ def _time_interleaved(
         results[cell.method] = _to_numpy(warm.result)
         warm_time[cell.method] = warm.median
         slow = warm.median >= budget
-        per_run = max(warm.median, 1e-9)
-        rounds[cell.method] = 0 if slow else min(repeats, int(budget / per_run))
+        rounds[cell.method] = 0 if slow else timed_runs(warm.median, repeats, budget)
         ready.append((cell, runner))
     times: dict[str, list[float]] = {cell.method: [] for cell, _ in ready}
     for r in range(max(rounds.values(), default=0)):
