@@ -146,7 +146,7 @@ def _compare(got, expected, rtol=1e-9):
         np.testing.assert_allclose(g, e, rtol=rtol, atol=rtol * scale)
 
 
-@settings(max_examples=8)
+@settings(max_examples=8)  # each example compiles a derivative
 @given(equations(max_operands=5, max_elements=256), seeds, limit_fractions)
 def test_sum_grad_matches_materialized_reference(eq, seed, fraction):
     ops = [jnp.asarray(x) for x in random_operands(eq, seed)]
@@ -177,7 +177,7 @@ def _log_grad_case(eq, seed, neg_inf):
     return ops, ct
 
 
-@settings(max_examples=12)
+@settings(max_examples=10)  # each example compiles a derivative
 @given(
     equations(max_operands=5, max_elements=256),
     seeds,
@@ -198,7 +198,7 @@ def test_log_grad_matches_materialized_reference(eq, seed, neg_inf, fraction):
     _compare(with_feasible_limit(ours, limit), expected, rtol=1e-7)
 
 
-@settings(max_examples=6)
+@settings(max_examples=4)  # each example compiles a derivative
 @given(
     sliceable_equations(max_operands=4, max_elements=2**12),
     seeds,

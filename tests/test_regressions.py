@@ -177,3 +177,27 @@ def test_gradient_temporaries_within_the_limit_with_repeated_indices():
         assert e.smallest_limit > limit
         return
     assert compiled.memory_analysis().temp_size_in_bytes <= limit
+
+
+def test_a_limit_that_a_frugal_order_meets_is_feasible():
+    # A chain of 60 16x16 float64 matrices: contracted left to right only two
+    # 2 kB intermediates are alive (the explicit path fits 15936 bytes), but
+    # with optimize="auto" a 20 kB limit raised MemoryLimitError with
+    # smallest_limit=64360: the order was chosen for FLOPs alone, and slicing
+    # cannot shrink the many intermediates of a balanced tree.
+    n, d = 60, 16
+    args: list = []
+    for k in range(n):
+        args += [(d, d), [k, k + 1]]
+    path = [(0, 1)] + [(0, m - 1) for m in range(n - 1, 1, -1)]
+    frugal = einslice.plan(*args, [0, n], dtype=np.float64, optimize=path)
+    limit = 20_000
+    assert frugal.peak_bytes <= limit
+    try:
+        p = einslice.plan(*args, [0, n], dtype=np.float64, memory_limit=limit)
+    except einslice.MemoryLimitError as e:
+        raise AssertionError(
+            f"memory_limit={limit} refused (smallest_limit={e.smallest_limit}) "
+            f"although the left-to-right path needs {frugal.peak_bytes}"
+        ) from None
+    assert p.peak_bytes <= limit
