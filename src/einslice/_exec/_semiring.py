@@ -55,12 +55,12 @@ def reduce(semiring: str, x: jax.Array, axes: Sequence[int]) -> jax.Array:
         return jnp.sum(x, axis=axes, dtype=x.dtype)
     if semiring == "log":
         return log_sum(x, axes)
-    return jnp.max(x, axis=axes)
+    return jnp.max(x, axis=axes, initial=-jnp.inf)
 
 
 def _safe_shift(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
     """Max over ``axes`` (kept), with non-finite maxima replaced by 0."""
-    shift = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True))
+    shift = lax.stop_gradient(jnp.max(x, axis=axes, keepdims=True, initial=-jnp.inf))
     return jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
 
 
@@ -142,7 +142,11 @@ def _max_plus(left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.
     lhs = lhs.reshape(lhs.shape[: n_b + n_l] + (1,) * n_r + lhs.shape[n_b + n_l :])
     rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
     total = lhs + rhs
-    return jnp.max(total, axis=tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)))
+    return jnp.max(
+        total,
+        axis=tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)),
+        initial=-jnp.inf,
+    )
 
 
 def _log_dot_parts(left, right, dims, precision):
@@ -190,36 +194,39 @@ def _log_dot_jvp(dims, precision, primals, tangents):
 
 def _log_dot_jvp_impl(left, right, t_left, t_right, dims, precision):
     exp_l, exp_r, total, shift = _log_dot_parts(left, right, dims, precision)
-    out = jnp.log(total) + shift
-    tangent = None
-    if t_left is not None:
-        safe = jnp.where(total > 0, total, jnp.ones_like(total))
-        tangent = lax.dot_general(exp_l * t_left, exp_r, dims, precision=precision)
-        tangent = tangent + lax.dot_general(
-            exp_l, exp_r * t_right, dims, precision=precision
-        )
-        tangent = tangent / safe
-    tiny = jnp.finfo(total.dtype).tiny
+    # Below tiny/eps a total's smaller terms are denormal and lose precision.
+    finfo = jnp.finfo(total.dtype)
+    tiny = finfo.tiny / finfo.eps
 
-    def repair(values):
+    def repair(out):
         finite_l = jnp.isfinite(left).astype(total.dtype)
         finite_r = jnp.isfinite(right).astype(total.dtype)
         support = lax.dot_general(finite_l, finite_r, dims, precision=precision)
         bad = (total < tiny) & (support > 0)
 
-        def exact(values):
-            fixed = _exact_log_dot(left, right, t_left, t_right, dims)
-            return jax.tree.map(lambda f, v: jnp.where(bad, f, v), fixed, values)
+        def exact(out):
+            return jnp.where(bad, _exact_log_dot(left, right, dims), out)
 
-        return lax.cond(jnp.any(bad), exact, lambda v: v, values)
+        return lax.cond(jnp.any(bad), exact, lambda o: o, out)
 
-    values = (out, tangent) if tangent is not None else (out, jnp.zeros_like(out))
-    out, tangent_or_zero = lax.cond(jnp.any(total < tiny), repair, lambda v: v, values)
-    return out, (tangent_or_zero if tangent is not None else None)
+    # The repair takes primal values only: a lax.cond with tangent operands
+    # would make reverse mode store its residuals once per chunk.
+    out = jnp.log(total) + shift
+    out = lax.cond(jnp.any(total < tiny), repair, lambda o: o, out)
+    if t_left is None:
+        return out, None
+    tangent = lax.dot_general(exp_l * t_left, exp_r, dims, precision=precision)
+    tangent = tangent + lax.dot_general(
+        exp_l, exp_r * t_right, dims, precision=precision
+    )
+    # Where the products underflowed, the weights keep what survived: the
+    # tangent there is approximate (the value is exact).
+    safe = jnp.where(total > 0, total, jnp.ones_like(total))
+    return out, jnp.where(total > 0, tangent / safe, 0)
 
 
-def _exact_log_dot(left, right, t_left, t_right, dims: DimensionNumbers):
-    """Log Σ exp(left + right) and its tangent, one contracted position at a time."""
+def _exact_log_dot(left, right, dims: DimensionNumbers):
+    """Log Σ exp(left + right), one contracted position at a time."""
     (left_c, right_c), (left_b, right_b) = dims
     left_f = [a for a in range(left.ndim) if a not in left_c and a not in left_b]
     right_f = [a for a in range(right.ndim) if a not in right_c and a not in right_b]
@@ -239,6 +246,8 @@ def _exact_log_dot(left, right, t_left, t_right, dims: DimensionNumbers):
     def as_rhs(x):
         return jnp.transpose(x, (*right_b, *right_c, *right_f)).reshape(n_b, n_k, n_n)
 
+    if n_k == 0:  # an empty sum
+        return jnp.full(shape, -jnp.inf, left.dtype)
     lhs, rhs = as_lhs(left), as_rhs(right)
 
     def term(k):
@@ -249,15 +258,4 @@ def _exact_log_dot(left, right, t_left, t_right, dims: DimensionNumbers):
 
     init = jnp.full((n_b, n_m, n_n), -jnp.inf, lhs.dtype)
     out, _ = lax.scan(add_term, init, jnp.arange(n_k))
-    if t_left is None:
-        return out.reshape(shape), jnp.zeros(shape, out.dtype)
-    t_lhs, t_rhs = as_lhs(t_left), as_rhs(t_right)
-    finite = jnp.isfinite(out)
-    base = jnp.where(finite, out, 0)
-
-    def add_tangent(acc, k):
-        weight = jnp.where(finite, jnp.exp(term(k) - base), 0)
-        return acc + weight * (t_lhs[:, k, :, None] + t_rhs[:, k, None, :]), None
-
-    tangent, _ = lax.scan(add_tangent, jnp.zeros_like(out), jnp.arange(n_k))
-    return out.reshape(shape), tangent.reshape(shape)
+    return out.reshape(shape)

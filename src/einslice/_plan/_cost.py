@@ -27,7 +27,8 @@ BYTE_COST_TRANSPOSE = 30.0
 BYTE_COST_CACHE = 0.25
 CACHE_BYTES = 2 * 2**20
 CHUNK_OVERHEAD = 2.0e5
-PEAK_PREFERENCE = 0.02
+PEAK_PREFERENCE = 0.03
+PREFERENCE_FROM = 64 * 2**20
 # Slicing an output index measured 1.5-1.8x slower than slicing a summed one
 # with the same path and chunk (seed formula, n=512, XLA CPU), beyond what the
 # traffic model explains; prefer summed slicing unless it is clearly worse.
@@ -128,7 +129,9 @@ def evaluate(
         if body.semiring == "max" and step.contracted:
             transient = _numel(_unique(left + right), local)
         elif body.semiring == "log" and step.contracted:
-            transient = 2 * (size_l + size_r) + 2 * size_out
+            # shifted exponentials, finite masks and transposed copies of both
+            # sides; total, support, log and the exact repair's loop buffers.
+            transient = 4 * (size_l + size_r) + 6 * size_out
         else:
             transient = size_l + size_r
         peak = max(peak, live + transient + size_out_temp)
@@ -156,12 +159,12 @@ def evaluate(
         # The transposed body keeps the recomputed forward alive beside the
         # cotangents of every node (about three bodies), and accumulates each
         # operand's cotangent at full size.
-        peak = 3 * peak + 2 * sum(_numel(t, sizes) for t in body.prepared)
+        peak = 3 * peak + 2 * sum(_numel(t, sizes) for t in body.terms)
     # XLA aligns every buffer (64 bytes) and a loop keeps a few small buffers
     # of its own (counters, predicates, tuples): measured below 1 kB.
     overhead = ALIGNMENT * (n_ops + len(body.steps) + 2)
     overhead += LOOP_BYTES if chunks else 0
-    peak_bytes = int(peak * itemsize) + overhead * (3 if tangent else 1)
+    peak_bytes = int(peak * itemsize) + overhead * (6 if tangent else 1)
     total_flops = flops * count
     time = total_flops + traffic * count + CHUNK_OVERHEAD * (count if chunks else 0)
     if any(i in body.output for i in chunks):
@@ -203,13 +206,15 @@ def _gemm_penalty(
 
 
 def ranking(cost: Cost) -> float:
-    """Estimated time, nudged towards smaller peaks.
+    """Estimated time, nudged towards smaller peaks when the peak is large.
 
-    Large intermediates are slower than the model says (page faults, copies
-    into layouts, allocator pressure), so between plans of about equal time
-    the smaller one wins: each doubling of the peak above 1 MB costs 2%.
+    Intermediates of hundreds of MB are slower than the model says (page
+    faults, copies into layouts, allocator pressure: the seed formula's
+    unsliced n=512 plan measured 2x its sliced one at equal FLOPs), so above
+    ``PREFERENCE_FROM`` bytes each doubling of the peak costs 3%. Below it,
+    time alone decides (slicing small problems measured slower).
     """
-    doublings = log2(max(cost.peak_bytes, 2**20) / 2**20)
+    doublings = log2(max(cost.peak_bytes, PREFERENCE_FROM) / PREFERENCE_FROM)
     return cost.time * (1 + PEAK_PREFERENCE * doublings)
 
 

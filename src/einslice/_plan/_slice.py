@@ -73,9 +73,13 @@ def choose_slicing(
     """
     best: tuple[dict[int, int], Cost] | None = None
 
+    frugal: tuple[dict[int, int], Cost] | None = None
+
     def consider(chunks: dict[int, int]) -> Cost:
-        nonlocal best
+        nonlocal best, frugal
         cost = evaluate(chunks)
+        if frugal is None or cost.peak_bytes < frugal[1].peak_bytes:
+            frugal = (dict(chunks), cost)
         if cost.peak_bytes <= limit and (
             best is None or ranking(cost) < ranking(best[1])
         ):
@@ -83,7 +87,7 @@ def choose_slicing(
         return cost
 
     state: dict[int, int] = {}
-    state_cost = consider(state)
+    consider(state)
     candidates = [i for i in candidates if sizes[i] > 1]
     found_at = 0 if best is not None else None
     level = 0
@@ -103,10 +107,11 @@ def choose_slicing(
             found_at = level
         if found_at is not None and level >= found_at:
             break
-        state, state_cost = min(options, key=lambda o: (o[1].peak_bytes, o[1].time))
+        state = min(options, key=lambda o: (o[1].peak_bytes, o[1].time))[0]
         level += 1
     if best is None:
-        return Slicing(state, state_cost, fits=False)
+        assert frugal is not None
+        return Slicing(frugal[0], frugal[1], fits=False)
     chunks, cost = best
     return _grow(evaluate, sizes, chunks, cost, limit)
 
