@@ -206,6 +206,31 @@ def test_map_with_evidence_keeps_the_observed_states():
     assert states[int(np.argmax(scores))] == tuple(result.assignment.values())
 
 
+def test_map_breaks_ties_consistently():
+    # x0 ≠ x1 and x1 ≠ x2: two optimal states; per-variable argmaxes of the
+    # tie-split gradient would give the impossible (0, 0, 0).
+    differ = np.array([[0.0, 1.0], [1.0, 0.0]])
+    model = FactorGraph.from_factors([(0, 1), (1, 2)], [differ, differ])
+    result = map_assignment(model, dtype="float64")
+    x = [result.assignment[v] for v in model.variables]
+    assert x in ([0, 1, 0], [1, 0, 1])
+    assert result.log_value == pytest.approx(0.0)
+
+
+def test_map_without_the_max_gradient_decodes_one_variable_at_a_time(monkeypatch):
+    from einslice.pgm import _infer
+
+    def no_grad(*args, **kwargs):
+        raise NotImplementedError("no max-semiring derivative")
+
+    monkeypatch.setattr(_infer.jax, "grad", no_grad)
+    model = read_uai(DATA / "loop4.uai")
+    _, scores = enumerate_states(model)
+    result = map_assignment(model, dtype="float64")
+    x = [result.assignment[v] for v in model.variables]
+    assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-9)
+
+
 def test_zero_partition_is_minus_infinity_not_nan():
     # Every table has non-zero entries, but x0 = x1 = x2 ≠ x0 is impossible.
     model = read_uai(DATA / "frustrated.uai")
@@ -302,7 +327,8 @@ def test_grid_against_elimination_and_readme():
     model = read_uai(SHARED / "Grids_12.uai")
     reference = eliminate_log_z(model)
     assert reference == pytest.approx(README_LN_Z["Grids_12"], abs=1e-9)
-    assert log_partition(model, dtype="float64") == pytest.approx(reference, abs=1e-6)
+    # float32 only (Promedus checks float64): ln Z ≈ 698 is the hard case for
+    # float32, and each dtype costs a compilation (~15-40 s on 2 shared cores).
     assert log_partition(model) == pytest.approx(reference, abs=1e-4)
 
 

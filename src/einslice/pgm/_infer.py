@@ -121,8 +121,8 @@ def log_partition(
         >>> import numpy as np
         >>> from einslice.pgm import FactorGraph, log_partition
         >>> g = FactorGraph.from_factors([(0, 1)], [np.ones((2, 3))])
-        >>> round(log_partition(g), 6) == round(np.log(6), 6)
-        True
+        >>> round(log_partition(g), 4)  # ln 6
+        1.7918
     """
     prepared = _prepare(model, evidence, "log", memory_limit, optimize, dtype)
     return _log_partition(prepared)
@@ -195,8 +195,8 @@ def map_value(
         >>> import numpy as np
         >>> from einslice.pgm import FactorGraph, map_value
         >>> g = FactorGraph.from_factors([(0,)], [np.array([1.0, 3.0])])
-        >>> round(map_value(g), 6) == round(np.log(3.0), 6)
-        True
+        >>> round(map_value(g), 4)  # ln 3
+        1.0986
     """
     prepared = _prepare(model, evidence, "max", memory_limit, optimize, dtype)
     return _map_value(prepared)
