@@ -159,20 +159,31 @@ def test_smallest_limit_not_above_a_feasible_plan():
     assert info.value.smallest_limit <= unsliced.peak_bytes
 
 
-def test_gradient_temporaries_within_the_limit_with_repeated_indices():
-    # jit(grad) of 'a,aaa' at the limit the derivative asked for (4276 bytes)
-    # compiled to 4560 temporary bytes.
-    args = [
-        jax.ShapeDtypeStruct((10,), jnp.float32),
-        jax.ShapeDtypeStruct((10, 10, 10), jnp.float32),
-    ]
-    limit = 4276
+@pytest.mark.parametrize(
+    ("subscripts", "shapes", "limit"),
+    [
+        # jit(grad) at the limit the derivative asked for compiled to more:
+        ("a,aaa", [(10,), (10, 10, 10)], 4276),  # 4560 bytes
+        ("aab,bcde,cd,e", [(4, 4, 4), (4, 4, 6, 12), (4, 6), (12,)], 19724),  # 19780
+        ("ij,jk->ik", [(40, 50), (50, 60)], 48136),  # 49796
+        ("bed,dc->bedc", [(12, 10, 10), (10, 4)], 18044),  # 58116
+        # 137220, while at 40000 (unsliced derivative) it needs 544
+        (
+            "dhgc,bedh,dc,h->ghdbe",
+            [(10, 1, 9, 4), (12, 10, 10, 1), (10, 4), (1,)],
+            22492,
+        ),
+    ],
+)
+def test_gradient_temporaries_within_the_limit(subscripts, shapes, limit):
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]
 
-    def loss(a, b):
-        return jnp.sum(einslice.einsum("a,aaa", a, b, memory_limit=limit))
+    def loss(*ops):
+        return jnp.sum(einslice.einsum(subscripts, *ops, memory_limit=limit))
 
+    grad = jax.jit(jax.grad(loss, argnums=tuple(range(len(args)))))
     try:
-        compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(*args).compile()
+        compiled = grad.lower(*args).compile()
     except einslice.MemoryLimitError as e:  # fine, if it says what it needs
         assert e.smallest_limit > limit
         return
