@@ -82,7 +82,12 @@ def test_seed_formula_n128_under_other_limits(limit):
     bound = einslice.parse_memory_limit(limit)
     got = temp_bytes(lambda *o: einslice.einsum(SEED, *o, memory_limit=limit), *args)
     assert got <= bound, (got, bound)
-    assert temp_bytes(_all_grads(_loss(SEED, limit), 6), *args) <= bound
+    try:
+        assert temp_bytes(_all_grads(_loss(SEED, limit), 6), *args) <= bound
+    except einslice.MemoryLimitError as e:  # gradients may need more: say how much
+        assert e.smallest_limit > bound
+        retry = e.smallest_limit
+        assert temp_bytes(_all_grads(_loss(SEED, retry), 6), *args) <= retry
 
 
 # --- random formulas --------------------------------------------------------------

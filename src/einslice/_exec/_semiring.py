@@ -19,6 +19,11 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+# A log-space step contracting at most this many entries sums the materialized
+# union exactly (no matrix unit, no underflow repair): cheaper to compile and
+# run for the binary and small domains of graphical models.
+SMALL_CONTRACTION = 16
+
 DimensionNumbers = tuple[
     tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
 ]
@@ -114,8 +119,10 @@ def pair(
     if not left_c:
         return _outer(jnp.add, left, right, dims)
     if semiring == "log":
+        if prod(left.shape[a] for a in left_c) <= SMALL_CONTRACTION:
+            return _union_reduce(left, right, dims, log_sum)
         return log_dot(left, right, dims, config.precision)
-    return _max_plus(left, right, dims)
+    return _union_reduce(left, right, dims, _max_over)
 
 
 def _outer(op, left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.Array:
@@ -131,8 +138,12 @@ def _outer(op, left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax
     return op(lhs, rhs)
 
 
-def _max_plus(left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.Array:
-    """Max over contracted axes of left + right (materializes their union)."""
+def _max_over(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    return jnp.max(x, axis=axes, initial=-jnp.inf)
+
+
+def _union_reduce(left, right, dims: DimensionNumbers, reduce_axes) -> jax.Array:
+    """Reduce left + right over the contracted axes (materializes their union)."""
     (left_c, right_c), (left_b, right_b) = dims
     left_free = [a for a in range(left.ndim) if a not in left_b and a not in left_c]
     right_free = [a for a in range(right.ndim) if a not in right_b and a not in right_c]
@@ -142,11 +153,7 @@ def _max_plus(left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.
     lhs = lhs.reshape(lhs.shape[: n_b + n_l] + (1,) * n_r + lhs.shape[n_b + n_l :])
     rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
     total = lhs + rhs
-    return jnp.max(
-        total,
-        axis=tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)),
-        initial=-jnp.inf,
-    )
+    return reduce_axes(total, tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)))
 
 
 def _log_dot_parts(left, right, dims, precision):

@@ -24,10 +24,12 @@ from ._types import Cost, Step
 BYTE_COST_DRAM = 10.0
 # A transpose copy reads with strides: slower per byte than a plain stream.
 BYTE_COST_TRANSPOSE = 30.0
-BYTE_COST_CACHE = 0.25
+BYTE_COST_CACHE = 2.5
 CACHE_BYTES = 2 * 2**20
 CHUNK_OVERHEAD = 2.0e5
-PEAK_PREFERENCE = 0.03
+PEAK_PREFERENCE = 0.06
+# Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
+SMALL_CONTRACTION = 16
 PREFERENCE_FROM = 64 * 2**20
 # Slicing an output index measured 1.5-1.8x slower than slicing a summed one
 # with the same path and chunk (seed formula, n=512, XLA CPU), beyond what the
@@ -126,8 +128,11 @@ def evaluate(
         else:
             size_out_temp = size_out
         flops += step_flops(step, left, right, local)
-        if body.semiring == "max" and step.contracted:
-            transient = _numel(_unique(left + right), local)
+        small = _numel(step.contracted, local) <= SMALL_CONTRACTION
+        if step.contracted and (
+            body.semiring == "max" or (body.semiring == "log" and small)
+        ):
+            transient = 2 * _numel(_unique(left + right), local)
         elif body.semiring == "log" and step.contracted:
             # shifted exponentials, finite masks and transposed copies of both
             # sides; total, support, log and the exact repair's loop buffers.
@@ -160,11 +165,18 @@ def evaluate(
         # cotangents of every node (about three bodies), and accumulates each
         # operand's cotangent at full size.
         peak = 3 * peak + 2 * sum(_numel(t, sizes) for t in body.terms)
+        if any(i in body.output for i in chunks):
+            # the output's cotangent, read block by block, and its copy
+            peak += 2 * _numel(body.output, sizes)
     # XLA aligns every buffer (64 bytes) and a loop keeps a few small buffers
     # of its own (counters, predicates, tuples): measured below 1 kB.
     overhead = ALIGNMENT * (n_ops + len(body.steps) + 2)
     overhead += LOOP_BYTES if chunks else 0
     peak_bytes = int(peak * itemsize) + overhead * (6 if tangent else 1)
+    if tangent and chunks:
+        # Reverse mode keeps each chunk's loop counter (int32, in both loops)
+        # as a residual: 8 bytes per chunk.
+        peak_bytes += 8 * count
     total_flops = flops * count
     time = total_flops + traffic * count + CHUNK_OVERHEAD * (count if chunks else 0)
     if any(i in body.output for i in chunks):
@@ -211,7 +223,7 @@ def ranking(cost: Cost) -> float:
     Intermediates of hundreds of MB are slower than the model says (page
     faults, copies into layouts, allocator pressure: the seed formula's
     unsliced n=512 plan measured 2x its sliced one at equal FLOPs), so above
-    ``PREFERENCE_FROM`` bytes each doubling of the peak costs 3%. Below it,
+    ``PREFERENCE_FROM`` bytes each doubling of the peak costs 6%. Below it,
     time alone decides (slicing small problems measured slower).
     """
     doublings = log2(max(cost.peak_bytes, PREFERENCE_FROM) / PREFERENCE_FROM)

@@ -28,6 +28,15 @@ class Slicing:
     fits: bool
 
 
+# A loop has costs the model misses (XLA tiles an unsliced contraction well on
+# its own); slicing that limits do not force must promise this much gain.
+SLICE_GAIN_REQUIRED = 0.85
+
+
+def _biased(cost: Cost, chunks: dict[int, int]) -> float:
+    return ranking(cost) / (SLICE_GAIN_REQUIRED if chunks else 1.0)
+
+
 def balanced_chunk(size: int, chunk: int) -> int:
     """The smallest chunk giving as many chunks as ``chunk`` does (less waste).
 
@@ -81,7 +90,7 @@ def choose_slicing(
         if frugal is None or cost.peak_bytes < frugal[1].peak_bytes:
             frugal = (dict(chunks), cost)
         if cost.peak_bytes <= limit and (
-            best is None or ranking(cost) < ranking(best[1])
+            best is None or _biased(cost, chunks) < _biased(best[1], best[0])
         ):
             best = (dict(chunks), cost)
         return cost
