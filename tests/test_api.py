@@ -59,15 +59,22 @@ def test_matches_numpy_under_memory_limits(eq, seed, fraction):
 @given(sliceable_equations(), seeds, tight_limit_fractions)
 def test_sliced_equals_unsliced_and_numpy(eq, seed, fraction):
     ops = random_operands(eq, seed)
-    unsliced = einslice.plan(eq.subscripts, *ops)
-    assert unsliced.sliced == {}, str(unsliced)
     sliced, p = _einsum_at(eq, ops, fraction)
     _, output = eq.explicit()
     target(float(len(p.sliced)), label="sliced indices")
     target(float(len(set(p.sliced) & set(output))), label="sliced output indices")
-    whole = einslice.einsum(eq.subscripts, *ops)
+    whole = jnp.einsum(eq.subscripts, *ops)  # the same pairwise steps, unsliced
     np.testing.assert_allclose(sliced, whole, rtol=1e-10, atol=1e-10)
     assert_close_to_einsum(sliced, eq, ops)
+
+
+@given(equations(min_size=3, max_size=8, max_elements=4096))
+def test_small_einsums_that_fit_are_not_sliced(eq):
+    # Issue 2: "When no slicing is needed the program is the same pairwise
+    # contraction jnp.einsum would run ... no overhead on small einsums".
+    # These have at most 4096 elements in the whole joint table.
+    p = einslice.plan(eq.subscripts, *eq.shapes, dtype=np.float64)
+    assert p.sliced == {}, str(p)
 
 
 @given(equations(), limit_fractions)

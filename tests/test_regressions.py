@@ -212,3 +212,10 @@ def test_a_limit_that_a_frugal_order_meets_is_feasible():
             f"although the left-to-right path needs {frugal.peak_bytes}"
         ) from None
     assert p.peak_bytes <= limit
+
+
+def test_a_small_einsum_under_the_default_limit_is_not_sliced():
+    # 'a,d,abcd->bc' (9 kB of operands) was cut into two chunks of 'a' under the
+    # default limit (12 GB): a lax.scan where jnp.einsum runs two dot_generals.
+    p = einslice.plan("a,d,abcd->bc", (4,), (8,), (4, 6, 6, 8), dtype=np.float64)
+    assert p.sliced == {}, str(p)
