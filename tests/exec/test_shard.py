@@ -27,7 +27,7 @@ SEED = "ij,ik,il,jk,jl,kl->ij"
 CASES = [
     ("seed", SEED, [(10, 10)] * 6, "1MB"),
     # Sliced output rows (outer scan) and a summed index split within each.
-    ("seed-sliced", SEED, [(12, 12)] * 6, "24kB"),
+    ("seed-sliced", SEED, [(12, 12)] * 6, "40kB"),
     # j=5 on 4 devices: 5 chunks, 2 per device, 3 padding chunks skipped.
     ("matmul-5", "ij,jk->ik", [(6, 5), (5, 4)], None),
     # j=3 on 4 devices: one device has only padding.

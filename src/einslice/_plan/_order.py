@@ -84,8 +84,8 @@ def find_path(
     n = len(terms)
     if n <= 1:
         return ()
-    if optimize is False:
-        return tuple((0, 1) for _ in range(n - 1))
+    if optimize is False:  # left to right: a running result takes the next operand
+        return ((0, 1), *((0, m - 1) for m in range(n - 1, 1, -1)))
     if isinstance(optimize, list | tuple):
         path = normalize_path(optimize)
         check_path(path, n)

@@ -72,23 +72,24 @@ def make_plan(
     sizes = equation.sizes
     output = equation.output
     replan = isinstance(optimize, str | bool) and len(prepared) <= _REPLAN_MAX_OPERANDS
-    base_path = find_path(prepared, output, dict(enumerate(sizes)), optimize)
     bodies: dict[tuple[int, ...], Body] = {}
 
     def body_of(path: tuple[tuple[int, ...], ...], local: list[int]) -> Body:
         steps, _ = to_steps(prepared, output, path, local)
         return Body(equation.terms, prepared, steps, output, semiring)
 
-    base_body = body_of(base_path, list(sizes))
     # Re-planning for each trial chunking uses the fast greedy search when the
     # strategy is "auto"; the chosen chunking then gets one full search.
     replanner = "greedy" if optimize in ("auto", True) else optimize
 
-    def cost_fwd(chunks: dict[int, int]) -> Cost:
-        best_body, best = base_body, evaluate(base_body, sizes, chunks, itemsize)
-        if chunks:
+    def search(base_path: tuple[tuple[int, ...], ...]) -> Slicing:
+        bodies.clear()
+        base_body = body_of(base_path, list(sizes))
+
+        def cost_fwd(chunks: dict[int, int]) -> Cost:
+            best_body, best = base_body, evaluate(base_body, sizes, chunks, itemsize)
             local = chunked_sizes(sizes, chunks)
-            paths = [base_path]
+            paths = [base_path] if chunks else []
             if replan:
                 paths.append(
                     find_path(prepared, output, dict(enumerate(local)), replanner)
@@ -98,11 +99,30 @@ def make_plan(
                 cost = evaluate(body, sizes, chunks, itemsize)
                 if _better(cost, best, memory_limit):
                     best_body, best = body, cost
-        bodies[_key(chunks)] = best_body
-        return best
+            bodies[_key(chunks)] = best_body
+            return best
 
-    candidates = _candidates(base_body, sizes)
-    forward = choose_slicing(cost_fwd, sizes, candidates, memory_limit)
+        found = choose_slicing(
+            cost_fwd, sizes, _candidates(base_body, sizes), memory_limit
+        )
+        if _key(found.chunks) not in bodies:
+            cost_fwd(found.chunks)
+        return found
+
+    forward = search(find_path(prepared, output, dict(enumerate(sizes)), optimize))
+    if not forward.fits and isinstance(optimize, str | bool):
+        # A FLOPs-optimal order can keep many intermediates alive that no
+        # slicing shrinks; orders that keep few alive may fit where it cannot.
+        for frugal in ("greedy", False):
+            path = find_path(prepared, output, dict(enumerate(sizes)), frugal)
+            kept = (forward, dict(bodies))
+            forward = search(path)
+            if forward.fits:
+                break
+            if kept[0].cost.peak_bytes <= forward.cost.peak_bytes:
+                forward = kept[0]
+                bodies.clear()
+                bodies.update(kept[1])
     if not forward.fits:
         raise MemoryLimitError(
             f"memory_limit={format_bytes(memory_limit)} ({memory_limit} bytes) is "
@@ -114,8 +134,6 @@ def make_plan(
             smallest_limit=forward.cost.peak_bytes,
             flops=forward.cost.flops,
         )
-    if _key(forward.chunks) not in bodies:
-        cost_fwd(forward.chunks)
     body = bodies[_key(forward.chunks)]
     if replan and forward.chunks and replanner != optimize:
         local = chunked_sizes(sizes, forward.chunks)
