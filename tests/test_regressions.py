@@ -219,3 +219,19 @@ def test_a_small_einsum_under_the_default_limit_is_not_sliced():
     # default limit (12 GB): a lax.scan where jnp.einsum runs two dot_generals.
     p = einslice.plan("a,d,abcd->bc", (4,), (8,), (4, 6, 6, 8), dtype=np.float64)
     assert p.sliced == {}, str(p)
+
+
+def test_the_derivatives_smallest_limit_is_honored_when_retried():
+    # jit(grad) of 'aaa,a,a,a->' at 640 bytes asked for 4256; at 4256 it asked
+    # for 4304: the smallest_limit a MemoryLimitError states must be enough.
+    args = [jax.ShapeDtypeStruct(s, jnp.float32) for s in [(4, 4, 4), (4,), (4,), (4,)]]
+
+    def grad_at(limit):
+        def loss(*ops):
+            return jnp.sum(einslice.einsum("aaa,a,a,a->", *ops, memory_limit=limit))
+
+        return jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).lower(*args)
+
+    with pytest.raises(einslice.MemoryLimitError) as info:
+        grad_at(640)
+    grad_at(info.value.smallest_limit)
