@@ -186,3 +186,13 @@ def test_errors_name_the_equation_and_are_raised_under_jit():
     f = jax.jit(lambda a, b: einslice.einsum("ij,jk->ik", a, b))
     with raises("'j'", "3", "4"):
         f(*ones((2, 3), (4, 5)))
+
+
+@pytest.mark.parametrize("limit", [float("inf"), float("nan"), 10**30 * 1.0])
+def test_float_memory_limits_work_or_raise_einslice_errors(limit):
+    # Floats are not in the contract (int | str | None); whatever einslice does
+    # with them, it must not escape as an OverflowError or a TypeError.
+    try:
+        einslice.plan("ij,jk->ik", (2, 2), (2, 2), memory_limit=limit)
+    except einslice.EinsliceError as e:
+        assert repr(limit) in str(e) or str(limit) in str(e), str(e)
