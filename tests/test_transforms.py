@@ -219,3 +219,14 @@ def test_grad_matches_jnp_when_sliced(eq, seed):
     for g, e in zip(got, expected, strict=True):
         scale = 1e-10 * (1 + np.max(np.abs(np.asarray(e)), initial=0))
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=scale)
+
+
+def test_a_plan_is_a_function_jax_transforms_accept():
+    # A Plan is callable, so jax.jit(plan) should work like jax.jit(fn);
+    # jax.jit keeps a weak reference to the function it wraps.
+    ops = _ops([(3, 4), (4, 5)])
+    p = einslice.plan("ij,jk->ik", *ops)
+    expected = jnp.einsum("ij,jk->ik", *ops)
+    np.testing.assert_allclose(jax.jit(p)(*ops), expected, rtol=1e-12)
+    batched = [jnp.stack([x, 2 * x]) for x in ops]
+    np.testing.assert_allclose(jax.vmap(p)(*batched)[1], 4 * expected, rtol=1e-12)
