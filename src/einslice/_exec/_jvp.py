@@ -73,11 +73,11 @@ def _contract_jvp(plan: Plan, config: Config, primals, tangents):
     if plan.tangent_cost.peak_bytes > plan.memory_limit:
         raise MemoryLimitError(
             f"the derivative of {plan.equation.text()!r} needs at least "
-            f"{format_bytes(plan.tangent_cost.peak_bytes)} "
-            f"({plan.tangent_cost.peak_bytes} bytes) but memory_limit is "
+            f"{format_bytes(plan.gradient_limit)} "
+            f"({plan.gradient_limit} bytes) but memory_limit is "
             f"{format_bytes(plan.memory_limit)}; raise memory_limit to at least "
             "that for gradients (the forward pass alone fits).",
-            smallest_limit=plan.tangent_cost.peak_bytes,
+            smallest_limit=plan.gradient_limit,
             flops=plan.tangent_cost.flops,
         )
     out = contract(plan, config, *primals)

@@ -65,6 +65,11 @@ def parse_memory_limit(limit: int | float | str) -> int:
             f"memory_limit must be an int, a string such as '512MB', or None; "
             f"got {type(limit).__name__} {limit!r}."
         )
+    if value == float("inf"):
+        raise EinsliceError(
+            f"memory_limit={limit!r} is infinite; pass a finite number of bytes, "
+            "or None for the device default."
+        )
     if not value > 0 or value != value:
         raise EinsliceError(
             f"memory_limit={limit!r} must be positive; pass None for the device "

@@ -48,6 +48,7 @@ def make_plan(
     optimize: object,
     semiring: str,
     devices: int = 1,
+    probe: bool = False,
 ) -> Plan:
     """Plan a contraction: pairwise path, sliced indices and chunk sizes.
 
@@ -60,6 +61,7 @@ def make_plan(
         semiring: "sum", "log" or "max".
         devices: how many devices split the summed chunks; with more than one,
             a summed index is sliced (finer) until each device has a chunk.
+        probe: skip finding ``gradient_limit`` (used while finding it).
 
     Returns:
         The fastest plan found whose predicted peak fits the limit.
@@ -155,7 +157,27 @@ def make_plan(
             body, sizes, itemsize, memory_limit, forward, tangent, devices
         )
     pairs = _path_of(body)
+    gradient_limit = memory_limit
+    if tangent.cost.peak_bytes > memory_limit and not probe:
+        # A larger limit changes the forward plan and with it the derivative's
+        # needs: find a limit that holds once re-planned, so retrying works.
+        gradient_limit = tangent.cost.peak_bytes
+        for _ in range(8):
+            retry = make_plan(
+                equation,
+                itemsize,
+                dtype,
+                gradient_limit,
+                optimize,
+                semiring,
+                devices,
+                probe=True,
+            )
+            if retry.tangent_cost.peak_bytes <= gradient_limit:
+                break
+            gradient_limit = retry.tangent_cost.peak_bytes
     return Plan(
+        gradient_limit=gradient_limit,
         equation=equation,
         semiring=semiring,
         itemsize=itemsize,

@@ -99,6 +99,9 @@ class Plan:
     # ``mesh_axis`` of ``mesh`` (a ``jax.sharding.Mesh``, kept opaque here so
     # planning never imports JAX; None means the first ``devices`` devices).
     devices: int = 1
+    # The smallest memory_limit under which derivatives fit (re-planned at that
+    # limit, so retrying with it succeeds); memory_limit when they fit already.
+    gradient_limit: int = 0
     mesh: object = None
     mesh_axis: str | None = None
 
