@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
+from numpy.typing import DTypeLike
 
 import einslice
 
@@ -225,7 +226,11 @@ def sliceable_equations(**kwargs) -> st.SearchStrategy[Equation]:
 
 
 def random_operands(
-    eq: Equation, seed: int, dtype=np.float64, low: float | None = None, high=None
+    eq: Equation,
+    seed: int,
+    dtype: DTypeLike = np.float64,
+    low: float | None = None,
+    high: float = 1.0,
 ) -> list[np.ndarray]:
     """Gaussian operands (or uniform in ``[low, high]``) of ``eq``'s shapes."""
     rng = np.random.default_rng(seed)
@@ -253,7 +258,11 @@ tight_limit_fractions = st.sampled_from((0.2, 0.05, 0.0))
 
 
 def limit_from_fraction(
-    subscripts: str, shapes, fraction: float | None, dtype=np.float64, **plan_kwargs
+    subscripts: str,
+    shapes,
+    fraction: float | None,
+    dtype: DTypeLike = np.float64,
+    **plan_kwargs,
 ) -> int | None:
     """A byte limit that is ``fraction`` of the unsliced plan's ``peak_bytes``."""
     if fraction is None:

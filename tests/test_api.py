@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings, target
 from hypothesis import strategies as st
 from jax import lax
+from numpy.typing import DTypeLike
 
 import einslice
 from strategies import (
@@ -124,7 +125,8 @@ def test_plan_path_is_a_valid_pairwise_path(eq, fraction):
         if index in sizes:  # ellipsis dimensions have einslice's own names
             assert chunk < sizes[index], (index, chunk, sizes)
     if limit is not None:
-        assert p.peak_bytes <= limit == p.memory_limit
+        assert p.peak_bytes <= limit
+        assert p.memory_limit == limit
 
 
 @given(equations(ellipsis=True, max_operands=4), seeds)
@@ -162,7 +164,7 @@ def test_output_indices_and_several_indices_are_sliced_when_that_is_what_fits():
     ops = random_operands(eq, 0)
     for limit in (n**3 * 8 // 2, n**2 * 8 // 2, 64):
         p, used = feasible_plan(eq.subscripts, ops, limit)
-        assert p.sliced, str(p)
+        assert used is not None and p.sliced, str(p)
         assert set(p.sliced) <= set("iabc")
         if used < n**2 * 8:
             assert len(p.sliced) >= 2, str(p)
@@ -284,7 +286,9 @@ def assert_matches_jnp(args, kwargs=None, *, rtol=1e-10):
     return actual
 
 
-def slicing_limit(subscripts, shapes, dtype=np.float64, **plan_kwargs) -> int:
+def slicing_limit(
+    subscripts, shapes, dtype: DTypeLike = np.float64, **plan_kwargs
+) -> int:
     """A limit under which the plan slices: half the unsliced peak (or, if that is
     infeasible, the smallest feasible limit). Fails if the plan does not slice."""
     unsliced = einslice.plan(subscripts, *shapes, dtype=dtype, **plan_kwargs)
@@ -292,6 +296,7 @@ def slicing_limit(subscripts, shapes, dtype=np.float64, **plan_kwargs) -> int:
         subscripts, shapes, max(1, unsliced.peak_bytes // 2), dtype=dtype, **plan_kwargs
     )
     assert p.sliced, f"{subscripts} {list(shapes)} is not sliced at {limit}:\n{p}"
+    assert limit is not None
     return limit
 
 
@@ -416,7 +421,9 @@ OPTIMIZERS = [
 def test_optimize_options(optimize, sliced):
     if optimize == "cotengra":
         optimize = cotengra.HyperOptimizer(
-            max_repeats=4, methods=["greedy"], parallel=False
+            max_repeats=4,
+            methods=["greedy"],
+            parallel=False,  # pyright: ignore[reportArgumentType]
         )
     subscripts = "ab,bc,cd,da->ac"
     shapes = [(18, 24), (24, 30), (30, 36), (36, 18)]

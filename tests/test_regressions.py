@@ -187,7 +187,8 @@ def test_gradient_temporaries_within_the_limit(subscripts, shapes, limit):
     except einslice.MemoryLimitError as e:  # fine, if it says what it needs
         assert e.smallest_limit > limit
         return
-    assert compiled.memory_analysis().temp_size_in_bytes <= limit
+    stats = compiled.memory_analysis()
+    assert stats is not None and stats.temp_size_in_bytes <= limit
 
 
 def test_a_limit_that_a_frugal_order_meets_is_feasible():

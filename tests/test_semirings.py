@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.typing import DTypeLike
 
 import einslice
 from strategies import (
@@ -28,7 +29,9 @@ from strategies import (
 )
 
 
-def log_operands(eq: Equation, seed: int, neg_inf: float, dtype=np.float32):
+def log_operands(
+    eq: Equation, seed: int, neg_inf: float, dtype: DTypeLike = np.float32
+):
     """Entries uniform in [-100, 100]; a share ``neg_inf`` of them -inf, and, when
     that share is nonzero, one whole row (first axis) of one operand -inf."""
     rng = np.random.default_rng(seed)
@@ -57,7 +60,7 @@ def assert_log_close(out, ref, atol):
     assert err.size == 0 or err.max() <= atol, f"max error {err.max()}"
 
 
-def _einsum_at(eq, ops, fraction, semiring, dtype=np.float32):
+def _einsum_at(eq, ops, fraction, semiring, dtype: DTypeLike = np.float32):
     limit = limit_from_fraction(
         eq.subscripts, eq.shapes, fraction, dtype=dtype, semiring=semiring
     )
