@@ -66,7 +66,8 @@ class Cost:
     time: float
 
 
-@dataclass(frozen=True, slots=True)
+# weakref_slot: jax.jit(plan) keeps a weak reference to the function it wraps.
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Plan:
     """How einslice contracts one equation: path, slices, chunk sizes and costs.
 
