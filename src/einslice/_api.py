@@ -332,10 +332,10 @@ def default_memory_limit() -> int:
     if stats and "bytes_limit" in stats:
         free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
         return max(int(GPU_DEFAULT_FRACTION * free), 1)
-    return max(int(CPU_DEFAULT_FRACTION * _available_ram()), 1)
+    return max(int(CPU_DEFAULT_FRACTION * available_ram()), 1)
 
 
-def _available_ram() -> int:
+def available_ram() -> int:
     try:
         with open("/proc/meminfo") as f:
             for line in f:

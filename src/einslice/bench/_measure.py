@@ -50,7 +50,9 @@ def detect_device(memory: int | None = None) -> Device:
     platform = device.platform
     if platform == "cpu":
         name = f"{_cpu_model()}, {os.cpu_count()} cores"
-        detected = int(CPU_MEMORY_FRACTION * _available_ram())
+        from .._api import available_ram
+
+        detected = int(CPU_MEMORY_FRACTION * available_ram())
     else:
         name = device.device_kind
         stats = device.memory_stats() or {}
@@ -68,18 +70,6 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return "CPU"
-
-
-def _available_ram() -> int:
-    """MemAvailable from /proc/meminfo (falls back to total physical memory)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def matmul_gflops(n: int | None = None, precision: str | None = None) -> float:
