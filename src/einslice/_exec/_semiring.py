@@ -100,15 +100,13 @@ def pair(
     dims: DimensionNumbers,
     config: Config,
 ) -> jax.Array:
-    """One pairwise step with ``dot_general`` dimension numbers, in the semiring.
+    """One contracting step with ``dot_general`` dimension numbers, in the semiring.
 
     The result's axes are ordered as ``dot_general`` orders them: batch, left
-    free, right free.
+    free, right free. Steps that contract nothing go through ``elementwise``.
     """
     (left_c, _), _ = dims
     if semiring == "sum":
-        if not left_c:
-            return _outer(jnp.multiply, left, right, dims)
         return lax.dot_general(
             left,
             right,
@@ -116,8 +114,6 @@ def pair(
             precision=config.precision,  # type: ignore[arg-type]
             preferred_element_type=config.preferred_element_type,  # type: ignore[arg-type]
         )
-    if not left_c:
-        return _outer(jnp.add, left, right, dims)
     if semiring == "log":
         if prod(left.shape[a] for a in left_c) <= SMALL_CONTRACTION:
             return _union_reduce(left, right, dims, log_sum)

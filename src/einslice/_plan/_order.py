@@ -253,10 +253,7 @@ def _layout(
         free_r = tuple(i for i in t_r if i not in t_l and i in result_set)
         result = (*batch, *free_l, *free_r)
         if node in consumer:
-            c = consumer[node]
-            x, y = pairs_by_node[c]
-            partner = label_sets[y if x == node else x]
-            made = label_sets[len(label_sets) - len(pairs_by_node) + c]
+            _, partner, made = _consumer(node, label_sets, pairs_by_node, consumer)
             batch_c = tuple(i for i in result if i in partner and i in made)
             contracted_c = tuple(i for i in result if i in partner and i not in made)
             score = 0.0 if needs_transpose(result, batch_c, contracted_c) else 1.0
@@ -319,11 +316,7 @@ def _elementwise_order(
     every = [i for i in every if i in result_set]
     if node not in consumer:
         return tuple(i for i in output if i in result_set)
-    c = consumer[node]
-    x, y = pairs_by_node[c]
-    other = y if x == node else x
-    partner = label_sets[other]
-    made = label_sets[len(label_sets) - len(pairs_by_node) + c]
+    other, partner, made = _consumer(node, label_sets, pairs_by_node, consumer)
     if other < len(node_terms):  # the partner is laid out: follow its order
         every = [i for i in node_terms[other] if i in result_set] + [
             i for i in every if i not in partner
@@ -332,3 +325,17 @@ def _elementwise_order(
     contracted_c = [i for i in every if i in partner and i not in made]
     free_c = [i for i in every if i not in partner]
     return (*batch_c, *free_c, *contracted_c)
+
+
+def _consumer(
+    node: int,
+    label_sets: list[frozenset[int]],
+    pairs_by_node: list[tuple[int, int]],
+    consumer: dict[int, int],
+) -> tuple[int, frozenset[int], frozenset[int]]:
+    """The step consuming ``node``: its partner node, partner's and result's indices."""
+    c = consumer[node]
+    x, y = pairs_by_node[c]
+    other = y if x == node else x
+    made = label_sets[len(label_sets) - len(pairs_by_node) + c]
+    return other, label_sets[other], made
