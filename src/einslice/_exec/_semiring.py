@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import pairwise
 from math import prod
 
 import jax
@@ -107,18 +108,84 @@ def pair(
     """
     (left_c, _), _ = dims
     if semiring == "sum":
-        return lax.dot_general(
+        return dot(
             left,
             right,
             dims,
-            precision=config.precision,  # type: ignore[arg-type]
-            preferred_element_type=config.preferred_element_type,  # type: ignore[arg-type]
+            precision=config.precision,
+            preferred_element_type=config.preferred_element_type,
         )
     if semiring == "log":
         if prod(left.shape[a] for a in left_c) <= SMALL_CONTRACTION:
             return _union_reduce(left, right, dims, log_sum)
         return log_dot(left, right, dims, config.precision)
     return _union_reduce(left, right, dims, _max_over)
+
+
+def dot(left, right, dims: DimensionNumbers, **options) -> jax.Array:
+    """``lax.dot_general`` with each run of adjacent axes merged into one axis.
+
+    A run of contracted axes adjacent (and in the same order) on both sides,
+    or a run of free axes on one side, is reshaped into a single axis first
+    (free: no data moves). XLA's CPU backend copies operands with several
+    contracted axes into another layout before its matrix multiply, and a
+    2-D multiply is the form its fast kernels take; the result is reshaped
+    back, so the caller sees ``dot_general``'s own result.
+
+    Example:
+        >>> x, y = jnp.ones((3, 4, 5)), jnp.ones((6, 4, 5))
+        >>> dot(x, y, (((1, 2), (1, 2)), ((), ()))).shape
+        (3, 6)
+    """
+    (left_c, right_c), (left_b, right_b) = dims
+    left_f = [a for a in range(left.ndim) if a not in left_c and a not in left_b]
+    right_f = [a for a in range(right.ndim) if a not in right_c and a not in right_b]
+    out_shape = (
+        *(left.shape[a] for a in left_b),
+        *(left.shape[a] for a in left_f),
+        *(right.shape[a] for a in right_f),
+    )
+    merge_c = _is_run(left_c) and _is_run(right_c)
+    groups_l = [tuple(left_c)] * merge_c + [tuple(left_f)] * _is_run(left_f)
+    groups_r = [tuple(right_c)] * merge_c + [tuple(right_f)] * _is_run(right_f)
+    left, where_l = _merge_axes(left, groups_l)
+    right, where_r = _merge_axes(right, groups_r)
+    if not where_l and not where_r:
+        return lax.dot_general(left, right, dims, **options)
+    merged = (
+        (_moved(left_c, where_l), _moved(right_c, where_r)),
+        (_moved(left_b, where_l), _moved(right_b, where_r)),
+    )
+    return lax.dot_general(left, right, merged, **options).reshape(out_shape)
+
+
+def _is_run(axes: Sequence[int]) -> bool:
+    """Whether ``axes`` are two or more adjacent axes in increasing order."""
+    return len(axes) > 1 and all(b == a + 1 for a, b in pairwise(axes))
+
+
+def _merge_axes(x: jax.Array, runs: list[tuple[int, ...]]) -> tuple[jax.Array, dict]:
+    """Reshape each run of adjacent axes into one; map old axes to new ones."""
+    if not runs:
+        return x, {}
+    first = {run[0]: run for run in runs}
+    inside = {a for run in runs for a in run}
+    shape, where, a = [], {}, 0
+    while a < x.ndim:
+        run = first.get(a, (a,))
+        for b in run:
+            where[b] = len(shape)
+        shape.append(prod(x.shape[b] for b in run))
+        a = run[-1] + 1
+    assert inside <= where.keys()
+    return x.reshape(shape), where
+
+
+def _moved(axes: Sequence[int], where: dict) -> tuple[int, ...]:
+    """Axes after merging, each merged run counted once."""
+    if not where:
+        return tuple(axes)
+    return tuple(dict.fromkeys(where[a] for a in axes))
 
 
 def _outer(op, left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax.Array:
@@ -157,7 +224,7 @@ def _log_dot_parts(left, right, dims, precision):
     shift_l = _safe_shift(left, tuple(left_c))
     shift_r = _safe_shift(right, tuple(right_c))
     exp_l, exp_r = jnp.exp(left - shift_l), jnp.exp(right - shift_r)
-    total = lax.dot_general(exp_l, exp_r, dims, precision=precision)
+    total = dot(exp_l, exp_r, dims, precision=precision)
     shift = _result_shift(shift_l, shift_r, dims)
     return exp_l, exp_r, total, shift
 
@@ -204,7 +271,7 @@ def _log_dot_jvp_impl(left, right, t_left, t_right, dims, precision):
     def repair(out):
         finite_l = jnp.isfinite(left).astype(total.dtype)
         finite_r = jnp.isfinite(right).astype(total.dtype)
-        support = lax.dot_general(finite_l, finite_r, dims, precision=precision)
+        support = dot(finite_l, finite_r, dims, precision=precision)
         bad = (total < tiny) & (support > 0)
 
         def exact(out):
@@ -218,10 +285,8 @@ def _log_dot_jvp_impl(left, right, t_left, t_right, dims, precision):
     out = lax.cond(jnp.any(total < tiny), repair, lambda o: o, out)
     if t_left is None:
         return out, None
-    tangent = lax.dot_general(exp_l * t_left, exp_r, dims, precision=precision)
-    tangent = tangent + lax.dot_general(
-        exp_l, exp_r * t_right, dims, precision=precision
-    )
+    tangent = dot(exp_l * t_left, exp_r, dims, precision=precision)
+    tangent = tangent + dot(exp_l, exp_r * t_right, dims, precision=precision)
     # Where the products underflowed, the weights keep what survived: the
     # tangent there is approximate (the value is exact).
     safe = jnp.where(total > 0, total, jnp.ones_like(total))

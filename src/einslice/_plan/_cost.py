@@ -26,6 +26,10 @@ BYTE_COST_DRAM = 10.0
 BYTE_COST_TRANSPOSE = 30.0
 BYTE_COST_CACHE = 2.5
 CACHE_BYTES = 2 * 2**20
+# Between the per-core caches and DRAM: a step whose data fits a share of the
+# last-level cache (32 MB here, shared) streams at about twice DRAM's speed.
+BYTE_COST_SHARED_CACHE = 5.0
+SHARED_CACHE_BYTES = 8 * 2**20
 CHUNK_OVERHEAD = 2.0e5
 PEAK_PREFERENCE = 0.06
 # Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
@@ -36,9 +40,21 @@ PREFERENCE_FROM = 64 * 2**20
 # traffic model explains; prefer summed slicing unless it is clearly worse.
 OUTPUT_SLICE_PENALTY = 1.3
 ALIGNMENT = 64
+# Temporaries above glibc's largest mmap threshold (32 MB) come fresh from the
+# OS on every call: each page faults and is zeroed on first touch. Measured
+# as the seed formula's unsliced n=256 plan (200 MB) running 2x slower than a
+# sliced one with equal FLOPs and traffic; about this many units per byte.
+FRESH_PAGES_FROM = 32 * 2**20
+FRESH_PAGE_COST = 40.0
 LOOP_BYTES = 1024
 # A matrix multiply whose smallest side is small runs below peak speed.
 SMALL_GEMM_SIDE = 32
+# A batched product contracting few entries (e.g. ``ijk,ik->ij`` with k a
+# chunk of 2..16) runs as many tiny multiplies: measured on XLA CPU at about
+# 1.1 ns per result entry plus 0.15 ns per operand entry (n=128..512, k=2..32),
+# i.e. these many FLOP-time units at ~300 GFLOP/s.
+THIN_BATCHED_PER_RESULT = 336.0
+THIN_BATCHED_PER_OPERAND = 44.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +195,7 @@ def evaluate(
         peak_bytes += 8 * count
     total_flops = flops * count
     time = total_flops + traffic * count + CHUNK_OVERHEAD * (count if chunks else 0)
+    time += FRESH_PAGE_COST * max(0, peak_bytes - FRESH_PAGES_FROM)
     if any(i in body.output for i in chunks):
         time *= OUTPUT_SLICE_PENALTY
     if tangent:
@@ -198,7 +215,11 @@ def _materialized(body: Body, k: int, chunks: dict[int, int]) -> bool:
 
 
 def _bytes_cost(nbytes: float) -> float:
-    return nbytes * (BYTE_COST_CACHE if nbytes <= CACHE_BYTES else BYTE_COST_DRAM)
+    if nbytes <= CACHE_BYTES:
+        return nbytes * BYTE_COST_CACHE
+    if nbytes <= SHARED_CACHE_BYTES:
+        return nbytes * BYTE_COST_SHARED_CACHE
+    return nbytes * BYTE_COST_DRAM
 
 
 def _gemm_penalty(
@@ -211,6 +232,12 @@ def _gemm_penalty(
     m = _numel([i for i in left if i not in right], sizes)
     n = _numel([i for i in right if i not in left], sizes)
     batch = _numel([i for i in left if i in right and i not in step.contracted], sizes)
+    if batch > 1 and k < SMALL_GEMM_SIDE:
+        operands = _numel(_unique(left), sizes) + _numel(_unique(right), sizes)
+        return (
+            THIN_BATCHED_PER_RESULT * batch * m * n
+            + THIN_BATCHED_PER_OPERAND * operands
+        )
     side = min(m, n, k)
     if side >= SMALL_GEMM_SIDE:
         return 0.0

@@ -253,10 +253,15 @@ def _layout(
         free_r = tuple(i for i in t_r if i not in t_l and i in result_set)
         result = (*batch, *free_l, *free_r)
         if node in consumer:
-            _, partner, made = _consumer(node, label_sets, pairs_by_node, consumer)
+            other, partner, made = _consumer(node, label_sets, pairs_by_node, consumer)
             batch_c = tuple(i for i in result if i in partner and i in made)
             contracted_c = tuple(i for i in result if i in partner and i not in made)
             score = 0.0 if needs_transpose(result, batch_c, contracted_c) else 1.0
+            if not contracted_c and other < len(node_terms):
+                # An elementwise consumer lays both sides out in one order:
+                # a result in the (laid out) partner's order needs no copy.
+                order = [i for i in node_terms[other] if i in result]
+                score -= 0.0 if [i for i in result if i in partner] == order else 1.0
         else:
             score = 1.0 if result == tuple(i for i in output if i in result) else 0.0
         score += 0.5 if node_terms[lhs] is big else 0.0
@@ -312,11 +317,36 @@ def _elementwise_order(
     the partner is already laid out. The last step writes the output's order.
     """
     result_set = label_sets[node]
-    every = list(dict.fromkeys((*big, *node_terms[a], *node_terms[b])))
+
+    def term_of(k: int) -> tuple[int, ...]:  # not laid out yet: any order
+        return node_terms[k] if k < len(node_terms) else tuple(sorted(label_sets[k]))
+
+    every = list(dict.fromkeys((*big, *term_of(a), *term_of(b))))
     every = [i for i in every if i in result_set]
     if node not in consumer:
         return tuple(i for i in output if i in result_set)
     other, partner, made = _consumer(node, label_sets, pairs_by_node, consumer)
+    if not (result_set | partner) - made:
+        # The consumer multiplies elementwise too (XLA fuses such chains): write
+        # the order the chain's end wants, so no link in the chain transposes.
+        provisional = [*node_terms, tuple(every)]
+        sizes = {k: len(t) for k, t in enumerate(provisional)}
+        larger = max((node, other), key=lambda k: sizes.get(k, 0))
+        wanted = _elementwise_order(
+            node,
+            other,
+            provisional,
+            label_sets,
+            pairs_by_node,
+            consumer,
+            len(label_sets) - len(pairs_by_node) + consumer[node],
+            output,
+            provisional[larger] if larger < len(provisional) else tuple(every),
+        )
+        return tuple(
+            [i for i in wanted if i in result_set]
+            + [i for i in every if i not in wanted]
+        )
     if other < len(node_terms):  # the partner is laid out: follow its order
         every = [i for i in node_terms[other] if i in result_set] + [
             i for i in every if i not in partner
