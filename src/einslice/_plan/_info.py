@@ -5,7 +5,7 @@ from __future__ import annotations
 from math import prod
 
 from ._memory import format_bytes
-from ._slice import summed_chunk_count
+from ._slice import shard_plan, summed_chunk_count
 from ._types import Plan
 
 # The collectives that combine devices' partial outputs, per semiring.
@@ -76,7 +76,7 @@ def _devices(plan: Plan) -> list[str]:
         return []
     eq = plan.equation
     where = f"{plan.devices} devices along mesh axis {plan.mesh_axis or 'devices'!r}"
-    if not any(i not in eq.output for i, _ in plan.chunks):
+    if plan.sharded is None and not any(i not in eq.output for i, _ in plan.chunks):
         return [
             f"   Devices: {where} given, but no summed index is sliced "
             f"({eq.text()!r} sums none, or slicing one breaks the limit): runs "
@@ -84,16 +84,35 @@ def _devices(plan: Plan) -> list[str]:
         ]
     out_bytes = prod(eq.sizes[i] for i in eq.output) * plan.itemsize
     reduced = out_bytes * (2 if plan.semiring == "log" else 1)
-    shares = []
-    for chunks in (plan.chunks, plan.tangent_chunks):
-        total = summed_chunk_count(eq.sizes, eq.output, dict(chunks))
-        share = -(-total // plan.devices)
-        idle = share * plan.devices - total
-        skipped = f", {idle} padding skipped" if idle else ""
-        shares.append(f"{share} of the {total} summed chunks{skipped}")
+    if plan.sharded is not None:
+        # Operands arrive split along one summed index: each device scans
+        # every chunk of its own shard.
+        local = shard_plan(plan)
+        name, size = eq.names[plan.sharded], eq.sizes[plan.sharded]
+        counts = [
+            summed_chunk_count(local.equation.sizes, eq.output, dict(chunks))
+            for chunks in (local.chunks, local.tangent_chunks)
+        ]
+        head = (
+            f"   Devices: {where}; operands split along {name} are used in place: "
+            f"each contracts its own shard ({name}: {size // plan.devices} of "
+            f"{size}) in {counts[0]} summed chunk{'s' * (counts[0] != 1)} per "
+            f"output block (gradient pass: {counts[1]})"
+        )
+    else:
+        shares = []
+        for chunks in (plan.chunks, plan.tangent_chunks):
+            total = summed_chunk_count(eq.sizes, eq.output, dict(chunks))
+            share = -(-total // plan.devices)
+            idle = share * plan.devices - total
+            skipped = f", {idle} padding skipped" if idle else ""
+            shares.append(f"{share} of the {total} summed chunks{skipped}")
+        head = (
+            f"   Devices: {where}; each scans {shares[0]} per output block "
+            f"(gradient pass: {shares[1]})"
+        )
     return [
-        f"   Devices: {where}; each scans {shares[0]} per output block "
-        f"(gradient pass: {shares[1]})",
+        head,
         f" All-reduce: {format_bytes(reduced)} per device per call "
         f"({_ALL_REDUCE[plan.semiring]} of the output; the gradient pass adds "
         f"a psum of {format_bytes(out_bytes)})",

@@ -11,10 +11,10 @@ fewer, larger chunks mean bigger matrix multiplies and less loop overhead.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ._cost import ranking
-from ._types import Cost
+from ._types import Cost, Plan
 
 Evaluate = Callable[[dict[int, int]], Cost]
 
@@ -211,3 +211,43 @@ def spread_chunks(
             break
     chunk = first if first is not None else 1
     return {**chunks, index: chunk}
+
+
+def shard_plan(plan: Plan) -> Plan:
+    """One device's plan when the operands arrive split along ``plan.sharded``.
+
+    That index has ``size / devices`` there; a chunk of it larger than this
+    shrinks to it (balanced), so every buffer is at most the whole plan's and
+    each device scans all the chunks of its own shard. The result is a
+    one-device plan of the same path; ``equation.shapes`` stay the global ones.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (4, 8), (8, 2), memory_limit="1MB")
+        >>> p = replace(p, devices=4, sharded=1, chunks=((1, 3),))
+        >>> local = shard_plan(p)
+        >>> local.equation.sizes[1], local.chunks, local.devices
+        (2, ((1, 2),), 1)
+    """
+    index = plan.sharded
+    assert index is not None and plan.equation.sizes[index] % plan.devices == 0
+    extent = plan.equation.sizes[index] // plan.devices
+    sizes = list(plan.equation.sizes)
+    sizes[index] = extent
+
+    def local(chunks: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
+        return tuple(
+            (i, balanced_chunk(extent, min(c, extent)) if i == index else c)
+            for i, c in chunks
+        )
+
+    return replace(
+        plan,
+        equation=replace(plan.equation, sizes=tuple(sizes)),
+        chunks=local(plan.chunks),
+        tangent_chunks=local(plan.tangent_chunks),
+        devices=1,
+        mesh=None,
+        mesh_axis=None,
+        sharded=None,
+    )
