@@ -16,6 +16,7 @@ from ._errors import EinsliceError
 from ._exec import _semiring
 from ._exec._jvp import contract
 from ._exec._semiring import Config
+from ._exec._shard import Target, in_place, place
 from ._exec._step import take_diagonals
 from ._plan._equation import (
     Spec,
@@ -197,11 +198,14 @@ def _run(p: Plan, config: Config, *operands) -> jax.Array:
         x = jnp.asarray(x).astype(dtype)
         arrays.append(lax.squeeze(x, drop) if drop else x)
     with jax.named_scope(f"einslice[{p.equation.text()}]"):
-        return contract(p, config, *arrays)
+        return contract(p, config, *place(p, arrays))
 
 
-def _target(devices, mesh, mesh_axis) -> tuple[int, object, str | None]:
-    """Check the device arguments: (device count, mesh or None, mesh axis)."""
+def _target(devices, mesh, mesh_axis) -> Target | None:
+    """Check the device arguments: (device count, mesh or None, mesh axis).
+
+    None when none was given.
+    """
     if devices is not None and mesh is not None:
         raise EinsliceError(
             f"devices={devices!r} and mesh={mesh!r} were both given; pass one: "
@@ -226,7 +230,7 @@ def _target(devices, mesh, mesh_axis) -> tuple[int, object, str | None]:
             "or use devices=N (a 1-D mesh of the first N devices)."
         )
     if devices is None:
-        return 1, None, None
+        return None
     available = len(jax.devices())
     if (
         isinstance(devices, bool)
@@ -239,12 +243,54 @@ def _target(devices, mesh, mesh_axis) -> tuple[int, object, str | None]:
             "for one device. (On CPU, XLA_FLAGS=--xla_force_host_platform_"
             "device_count=N set before importing jax simulates N devices.)"
         )
-    return int(devices), None, None
+    context = _context_mesh()
+    if context is None or devices == 1:
+        return int(devices), None, None
+    # Inside jax.set_mesh, JAX lets shard_map use only the active mesh, so
+    # devices=N means N devices of it: its first axis of that size.
+    axis = next((a for a in context.axis_names if context.shape[a] == devices), None)
+    if axis is None:
+        raise EinsliceError(
+            f"devices={devices!r} but the active mesh (jax.set_mesh) has axes "
+            f"{dict(context.shape)}, none of {devices} devices; pass one of those "
+            "sizes, or mesh=jax.sharding.get_mesh() with mesh_axis=."
+        )
+    return int(devices), context, str(axis)
+
+
+def _context_mesh():
+    """The mesh of an active ``jax.set_mesh``, or None.
+
+    Concrete outside ``jax.jit``; inside, JAX only gives its abstract form
+    (which ``shard_map`` accepts there).
+    """
+    abstract = jax.sharding.get_abstract_mesh()
+    if abstract.empty:
+        return None
+    try:
+        mesh = jax.sharding.get_mesh()
+    except ValueError:  # inside jax.jit
+        return abstract
+    return abstract if mesh.empty else mesh
 
 
 def _plan(
-    spec: Spec, arrays, memory_limit, optimize, semiring, pet, target=(1, None, None)
+    spec: Spec,
+    arrays,
+    memory_limit,
+    optimize,
+    semiring,
+    pet,
+    target: Target | None = None,
 ) -> Plan:
+    """Plan for these operands (arrays or ShapeDtypeStructs) and devices.
+
+    Operands already split along a summed index over a mesh axis are used in
+    place (``_shard.in_place``): the plan is then the one-device plan, run by
+    each device on its shard. The active mesh (``jax.set_mesh``) alone is not
+    consulted: as with ``jnp.einsum``, replicated operands under it are not
+    split, since nothing in them says to; operands split over it are.
+    """
     if semiring not in SEMIRINGS:
         raise EinsliceError(
             f"semiring={semiring!r} is not one of {list(SEMIRINGS)}; 'sum' is the "
@@ -259,14 +305,18 @@ def _plan(
         if memory_limit is None
         else parse_memory_limit(memory_limit)
     )
-    devices, mesh, mesh_axis = target
+    (devices, mesh, mesh_axis), sharded = in_place(equation, arrays, target)
     key = optimize_key(optimize)
     # Plans are cached on every argument; an unhashable optimizer object
     # (rare: most are hashable by identity) is planned afresh each call.
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
-    p = planner(equation, itemsize, dtype.name, limit, key, semiring, devices)
+    # In place, each device contracts its shard whole: no chunks to spread.
+    spread = devices if sharded is None else 1
+    p = planner(equation, itemsize, dtype.name, limit, key, semiring, spread)
     if mesh is not None:
         p = dataclasses.replace(p, mesh=mesh, mesh_axis=mesh_axis)
+    if sharded is not None:
+        p = dataclasses.replace(p, devices=devices, sharded=sharded)
     return p
 
 

@@ -18,6 +18,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import PartitionSpec as P
 
 from .._errors import MemoryLimitError
 from .._plan._memory import format_bytes
@@ -25,7 +26,7 @@ from .._plan._types import Plan
 from . import _semiring
 from ._scan import Part, chunk_body, sweep
 from ._semiring import Config
-from ._shard import all_reduce, split, splits, tangent_reduce
+from ._shard import all_reduce, operand_specs, split, splits, tangent_reduce
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -33,12 +34,11 @@ def contract(plan: Plan, config: Config, *operands: jax.Array) -> jax.Array:
     """Run ``plan`` on prepared operands (squeezed, in the compute dtype)."""
     if splits(plan, plan.chunks):
 
-        def run(part, *ops):
-            return forward(plan, config, ops, part)
+        def run(inner, part, *ops):
+            return forward(inner, config, ops, part)
 
-        return split(
-            plan, plan.chunks, run, partial(all_reduce, plan.semiring), operands
-        )
+        reduce = partial(all_reduce, plan.semiring)
+        return split(plan, False, run, reduce, operands, operand_specs(plan))
     return forward(plan, config, operands)
 
 
@@ -83,12 +83,13 @@ def _contract_jvp(plan: Plan, config: Config, primals, tangents):
     out = contract(plan, config, *primals)
     if splits(plan, plan.tangent_chunks):
 
-        def run(part, primals, tangents, out):
-            return tangent_sweep(plan, config, primals, tangents, out, part)
+        def run(inner, part, primals, tangents, out):
+            return tangent_sweep(inner, config, primals, tangents, out, part)
 
         reduce = partial(tangent_reduce, plan.semiring)
         args = (tuple(primals), tuple(tangents), out)
-        return out, split(plan, plan.tangent_chunks, run, reduce, args)
+        specs = operand_specs(plan)
+        return out, split(plan, True, run, reduce, args, (specs, specs, P()))
     return out, tangent_sweep(plan, config, primals, tangents, out)
 
 
