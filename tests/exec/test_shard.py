@@ -38,17 +38,13 @@ SEMIRINGS = ["sum", "log", "max"]
 # Gradients (JVP for "max") on 4 devices only: each compile costs seconds.
 GRAD_CASES = ["seed-sliced", "matmul-5"]
 
-SCRIPT = r"""
-import json, sys
+PRELUDE = r"""
+import json, re, sys
 import jax, jax.numpy as jnp, numpy as np
 jax.config.update("jax_enable_x64", True)
 import einslice
 
-cases = json.loads(sys.argv[1])
-devices = json.loads(sys.argv[2])
-grad_cases = json.loads(sys.argv[3])
 np.seterr(invalid="ignore")
-out = {"n_devices": len(jax.devices()), "values": {}, "grads": {}, "chunks": {}}
 
 def operands(shapes, semiring, seed):
     rng = np.random.default_rng(seed)
@@ -65,6 +61,15 @@ def err(a, b):
         return float("inf")
     finite = np.isfinite(a)
     return float(np.max(np.abs(a - b)[finite], initial=0.0))
+"""
+
+SCRIPT = (
+    PRELUDE
+    + r"""
+cases = json.loads(sys.argv[1])
+devices = json.loads(sys.argv[2])
+grad_cases = json.loads(sys.argv[3])
+out = {"n_devices": len(jax.devices()), "values": {}, "grads": {}, "chunks": {}}
 
 for cid, formula, shapes, limit in cases:
     for semiring in ["sum", "log", "max"]:
@@ -120,24 +125,18 @@ for d in [1, 4]:
     out[f"temp_err/{d}"] = err(f(*ops), einslice.einsum(SEED, *ops))
 print(json.dumps(out))
 """.replace("SEED", repr(SEED))
+)
 
 
-@pytest.fixture(scope="module")
-def sharded() -> dict:
+def _run_script(script: str, *args: str) -> dict:
+    """Run ``script`` on 4 simulated CPU devices; its last line is JSON."""
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
         "JAX_PLATFORMS": "cpu",
     }
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            SCRIPT,
-            json.dumps(CASES),
-            json.dumps(DEVICES),
-            json.dumps(GRAD_CASES),
-        ],
+        [sys.executable, "-c", script, *args],
         env=env,
         capture_output=True,
         text=True,
@@ -146,6 +145,13 @@ def sharded() -> dict:
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def sharded() -> dict:
+    return _run_script(
+        SCRIPT, json.dumps(CASES), json.dumps(DEVICES), json.dumps(GRAD_CASES)
+    )
 
 
 KEYS = [f"{c[0]}/{s}/{d}" for c in CASES for s in SEMIRINGS for d in DEVICES]
@@ -235,3 +241,175 @@ def test_error_mesh_axis():
         einslice.EinsliceError, match=re.escape("mesh='x' is not a jax.sharding")
     ):
         einslice.plan("ij,jk->ik", (2, 2), (2, 2), mesh="x")
+
+
+# Operands the caller already split (issue 6): used in place, not gathered.
+# The seed formula at n=12 with k split 4 ways in ik, jk and kl (operands 1,
+# 3, 5); "40kB" makes the one-device plan slice k, so each device's grid is
+# over its local k extent of 3.
+IN_PLACE_SCRIPT = (
+    PRELUDE
+    + r"""
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+SEED = "ij,ik,il,jk,jl,kl->ij"
+LIMIT = "40kB"
+K_AXES = {1: 1, 3: 1, 5: 0}  # operand -> its axis holding k
+out = {"limit": einslice.parse_memory_limit(LIMIT)}
+
+def split(ops, mesh, axes, name="x"):
+    ops = list(ops)
+    for k, a in axes.items():
+        spec = [None] * np.ndim(ops[k])
+        spec[a] = name
+        ops[k] = jax.device_put(ops[k], NamedSharding(mesh, P(*spec)))
+    return ops
+
+def sharded(p):
+    return None if p.sharded is None else p.equation.names[p.sharded]
+
+def entry_shapes(text):
+    # Per-device argument shapes of the partitioned program.
+    entry = re.search(r"ENTRY [^(]*\((.*)\) ->", text).group(1)
+    return re.findall(r"f64\[([\d,]*)\]", entry)
+
+mesh = jax.make_mesh((4,), ("x",))  # Explicit axes: JAX 0.10's default
+for semiring in ["sum", "log", "max"]:
+    ops = operands([(12, 12)] * 6, semiring, 0)
+    split_ops = split(ops, mesh, K_AXES)
+    def call(*o):
+        return einslice.einsum(SEED, *o, memory_limit=LIMIT, semiring=semiring)
+    ref = call(*ops)
+    p = einslice.plan(SEED, *split_ops, memory_limit=LIMIT, semiring=semiring)
+    out[f"value/{semiring}"] = [sharded(p), err(p(*split_ops), ref)]
+    # JAX differentiates explicitly split arrays only inside their mesh.
+    with jax.set_mesh(mesh):
+        if semiring == "max":
+            tangents = operands([(12, 12)] * 6, "sum", 7)
+            t = jax.jvp(call, split_ops, tangents)[1]
+            out[f"grad/{semiring}"] = err(t, jax.jvp(call, ops, tangents)[1])
+        else:
+            weights = np.random.default_rng(3).standard_normal((12, 12))
+            def loss(*o):
+                y = call(*o)
+                return jnp.sum(jnp.where(jnp.isfinite(y), y, 0.0) * weights)
+            grads = jax.grad(loss, tuple(range(6)))
+            g, g_ref = grads(*split_ops), grads(*ops)
+            out[f"grad/{semiring}"] = max(err(a, b) for a, b in zip(g, g_ref))
+    if semiring == "sum":
+        out["report"] = str(p)
+        compiled = jax.jit(call).lower(*split_ops).compile()
+        text = compiled.as_text()
+        out["hlo/all-gather"] = "all-gather" in text
+        out["hlo/shapes"] = entry_shapes(text)
+        out["hlo/temp"] = int(compiled.memory_analysis().temp_size_in_bytes)
+        with jax.set_mesh(mesh):
+            text = jax.jit(grads).lower(*split_ops).compile().as_text()
+        out["hlo/grad-all-gather"] = "all-gather" in text
+        out["hlo/grad-shapes"] = entry_shapes(text)
+
+ops = operands([(12, 12)] * 6, "sum", 0)
+ref = einslice.einsum(SEED, *ops, memory_limit=LIMIT)
+
+def check(name, split_ops, **kw):
+    p = einslice.plan(SEED, *split_ops, memory_limit=LIMIT, **kw)
+    out[name] = [sharded(p), p.devices, err(p(*split_ops), ref)]
+
+# Only jk split: the other operands holding k are sliced on each device.
+check("only-jk", split(ops, mesh, {3: 1}))
+check("mesh=", split(ops, mesh, K_AXES), mesh=mesh)
+check("devices=4", split(ops, mesh, K_AXES), devices=4)
+mesh2 = jax.make_mesh((2, 2), ("a", "b"))
+check("2d/b", split(ops, mesh2, K_AXES, "b"), mesh=mesh2, mesh_axis="b")
+# Fallbacks, gathered: split along another mesh axis than the one asked
+# for, along an output index (i of ij), two indices (k of jk, l of kl).
+check("2d/a", split(ops, mesh2, K_AXES, "b"), mesh=mesh2, mesh_axis="a")
+check("output", split(ops, mesh, {0: 0}))
+check("inconsistent", split(ops, mesh, {3: 1, 5: 1}))
+check("output+mesh=", split(ops, mesh, {0: 0}), mesh=mesh)
+# Plans from ShapeDtypeStructs: uneven (6 over 4) and diagonal (kk) splits.
+S = lambda shape, spec: jax.ShapeDtypeStruct(
+    shape, np.float64, sharding=NamedSharding(mesh, spec))
+out["uneven"] = sharded(einslice.plan("ij,jk->ik", S((4, 6), P(None, "x")), (6, 3)))
+out["diagonal"] = sharded(einslice.plan("kk,k->", S((8, 8), P("x")), (8,)))
+out["struct"] = sharded(einslice.plan("ij,jk->ik", S((4, 8), P(None, "x")), (8, 3)))
+
+# Auto mesh axes: found on the concrete arrays, so plan outside jax.jit.
+auto = jax.make_mesh((4,), ("x",), axis_types=(AxisType.Auto,))
+split_ops = split(ops, auto, K_AXES)
+p = einslice.plan(SEED, *split_ops, memory_limit=LIMIT)
+text = jax.jit(p).lower(*split_ops).compile().as_text()
+out["auto"] = [sharded(p), err(p(*split_ops), ref), "all-gather" in text,
+               entry_shapes(text)]
+
+# An active mesh: devices=N runs on it; alone it splits nothing.
+with jax.set_mesh(mesh):
+    p = einslice.plan(SEED, *ops, memory_limit=LIMIT, devices=4)
+    out["context"] = [p.mesh_axis, err(p(*ops), ref)]
+    out["context/none"] = einslice.plan(SEED, *ops, memory_limit=LIMIT).devices
+    try:
+        einslice.plan(SEED, *ops, devices=2)
+    except einslice.EinsliceError as error:
+        out["context/error"] = str(error)
+print(json.dumps(out))
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def in_place() -> dict:
+    return _run_script(IN_PLACE_SCRIPT)
+
+
+@pytest.mark.parametrize("semiring", SEMIRINGS)
+def test_split_operands_used_in_place(in_place, semiring):
+    index, error = in_place[f"value/{semiring}"]
+    assert index == "k"
+    assert error <= 1e-10
+    assert in_place[f"grad/{semiring}"] <= 1e-10
+
+
+def test_split_operands_not_gathered(in_place):
+    # Each device's arguments are its shards (12x3 / 3x12), nothing gathered.
+    local = ["12,12", "12,3", "12,12", "12,3", "12,12", "3,12"]
+    assert not in_place["hlo/all-gather"]
+    assert in_place["hlo/shapes"] == local
+    assert in_place["hlo/temp"] <= in_place["limit"]
+    assert not in_place["hlo/grad-all-gather"]
+    assert in_place["hlo/grad-shapes"][: len(local)] == local
+    assert "operands split along k are used in place" in in_place["report"]
+    assert "(k: 3 of 12) in 1 summed chunk per output block" in in_place["report"]
+
+
+@pytest.mark.parametrize(
+    "case, devices", [("only-jk", 4), ("mesh=", 4), ("devices=4", 4), ("2d/b", 2)]
+)
+def test_split_operands_in_place_with_device_arguments(in_place, case, devices):
+    assert in_place[case] == ["k", devices, pytest.approx(0, abs=1e-10)]
+
+
+@pytest.mark.parametrize(
+    "case, devices",
+    [("2d/a", 2), ("output", 1), ("inconsistent", 1), ("output+mesh=", 4)],
+)
+def test_split_operands_gathered_when_not_usable(in_place, case, devices):
+    assert in_place[case] == [None, devices, pytest.approx(0, abs=1e-10)]
+
+
+def test_split_found_on_shape_structs(in_place):
+    assert in_place["struct"] == "j"
+    assert in_place["uneven"] is None
+    assert in_place["diagonal"] is None
+
+
+def test_split_operands_on_auto_mesh_axes(in_place):
+    index, error, gathered, shapes = in_place["auto"]
+    assert (index, gathered) == ("k", False)
+    assert error <= 1e-10
+    assert shapes == ["12,12", "12,3", "12,12", "12,3", "12,12", "3,12"]
+
+
+def test_active_mesh(in_place):
+    assert in_place["context"] == ["x", pytest.approx(0, abs=1e-10)]
+    assert in_place["context/none"] == 1
+    assert "devices=2 but the active mesh (jax.set_mesh)" in in_place["context/error"]
