@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from numpy.typing import DTypeLike
 
@@ -30,14 +30,22 @@ from strategies import (
 
 
 def log_operands(
-    eq: Equation, seed: int, neg_inf: float, dtype: DTypeLike = np.float32
+    eq: Equation,
+    seed: int,
+    neg_inf: float,
+    dtype: DTypeLike = np.float32,
+    spread: float = 100.0,
 ):
-    """Entries uniform in [-100, 100]; a share ``neg_inf`` of them -inf, and, when
-    that share is nonzero, one whole row (first axis) of one operand -inf."""
+    """Entries uniform in [-spread, spread]; a share ``neg_inf`` of them -inf, and,
+    when that share is nonzero, one whole row (first axis) of one operand -inf.
+
+    A spread of 100 makes most chunks underflow in the scaled form and take the
+    per-step rule (``_exec/_scaled.py``); a spread of 3 keeps the scaled form.
+    """
     rng = np.random.default_rng(seed)
     ops = []
     for shape in eq.shapes:
-        x = rng.uniform(-100, 100, shape)
+        x = rng.uniform(-spread, spread, shape)
         if neg_inf:
             x[rng.random(shape) < neg_inf] = -np.inf
         ops.append(x)
@@ -71,16 +79,21 @@ def _einsum_at(eq, ops, fraction, semiring, dtype: DTypeLike = np.float32):
 
 
 neg_inf_shares = st.sampled_from([0.0, 0.0, 0.3, 0.7, 1.0])
+spreads = st.sampled_from([100.0, 3.0])
 
 
 # --- "log" ------------------------------------------------------------------------
 
 
 @given(
-    equations(max_operands=5, max_elements=512), seeds, neg_inf_shares, limit_fractions
+    equations(max_operands=5, max_elements=512),
+    seeds,
+    neg_inf_shares,
+    limit_fractions,
+    spreads,
 )
-def test_log_matches_logsumexp(eq, seed, neg_inf, fraction):
-    ops = log_operands(eq, seed, neg_inf)
+def test_log_matches_logsumexp(eq, seed, neg_inf, fraction, spread):
+    ops = log_operands(eq, seed, neg_inf, spread=spread)
     ref = materialized_reduce(eq, [x.astype(np.float64) for x in ops], "log")
     out = _einsum_at(eq, ops, fraction, "log")
     assert out.dtype == jnp.float32
@@ -165,6 +178,59 @@ def test_log_keeps_terms_whose_shifted_product_underflows():
     ref = 85 + np.log1p(np.exp(76.0 - 85) + np.exp(-6.0 - 85))  # terms 85, 76, -6
     out = einslice.log_einsum("ij,jk->ik", a, b)
     assert abs(float(out[0, 0]) - ref) <= 1e-4, (float(out[0, 0]), ref)
+
+
+@pytest.fixture
+def per_step_rule_poisoned(monkeypatch):
+    """Make the per-step "log" rule return NaN, so only the scaled form can pass."""
+    from einslice._exec import _scan
+
+    def poisoned(plan, config, prepared):
+        shape = tuple(
+            next(
+                x.shape[t.index(i)]
+                for x, t in zip(prepared, plan.prepared, strict=True)
+                if i in t
+            )
+            for i in plan.equation.output
+        )
+        return jnp.full(shape, jnp.nan, prepared[0].dtype)
+
+    jax.clear_caches()
+    monkeypatch.setattr(_scan, "run_steps", poisoned)
+    yield
+    jax.clear_caches()
+
+
+# The fixture holds for the whole test: every example runs poisoned.
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(equations(max_operands=5, max_elements=512), seeds, limit_fractions)
+def test_log_scaled_form_alone_matches_logsumexp(
+    per_step_rule_poisoned, eq, seed, fraction
+):
+    # Entries in [-3, 3] never come near underflow: the scaled form (one exp
+    # per input entry, then "sum" steps) must give every answer on its own.
+    from einslice._exec import _scaled
+
+    plan, _ = feasible_plan(eq.subscripts, eq.shapes, None, semiring="log")
+    assume(_scaled.applies(plan, dict(plan.chunks)))
+    assume(all(all(s > 0 for s in shape) for shape in eq.shapes))
+    ops = log_operands(eq, seed, 0.0, dtype=np.float64, spread=3.0)
+    ref = materialized_reduce(eq, ops, "log")
+    out = _einsum_at(eq, ops, fraction, "log", dtype=np.float64)
+    assert_log_close(out, ref, atol=1e-9)
+
+
+def test_log_underflow_takes_the_per_step_rule(per_step_rule_poisoned):
+    # the case above: its scaled product exp(-95) underflows, so the chunk is
+    # handed to the per-step rule (here poisoned: NaN shows it was taken).
+    a = np.array([[-np.inf, 87, 37, 65]], np.float32)
+    b = np.array([[84], [-93], [39], [20]], np.float32)
+    assert np.isnan(einslice.log_einsum("ij,jk->ik", a, b)).all()
 
 
 def test_log_of_equal_entries_counts_them():

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .._plan._types import Plan
-from . import _semiring
+from . import _scaled, _semiring
 from ._semiring import Config
 from ._step import run_step, take_diagonals
 
@@ -54,11 +54,20 @@ def chunk_body(
                 x = jnp.where(mask.reshape(shape), x, _semiring.zero(semiring, x.dtype))
         private = [a for a, i in enumerate(labels) if i not in plan.prepared[k]]
         nodes.append(_semiring.reduce(semiring, x, private))
+    robust = partial(run_steps, plan, config)
+    if semiring == "log" and _scaled.applies(plan, chunks):
+        return _scaled.log_steps(plan, chunks, config, robust, nodes)
+    return robust(nodes)
+
+
+def run_steps(plan: Plan, config: Config, prepared: Sequence[jax.Array]) -> jax.Array:
+    """Run a plan's pairwise steps on its prepared operands; output order."""
+    nodes = list(prepared)
     terms = plan.node_terms()
     for step in plan.steps:
         nodes.append(
             run_step(
-                semiring,
+                plan.semiring,
                 step,
                 nodes[step.left],
                 terms[step.left],
@@ -68,7 +77,7 @@ def chunk_body(
             )
         )
     result, term = nodes[-1], terms[len(nodes) - 1]
-    order = [term.index(i) for i in eq.output]
+    order = [term.index(i) for i in plan.equation.output]
     return jnp.transpose(result, order) if order != sorted(order) else result
 
 
