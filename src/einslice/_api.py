@@ -285,11 +285,12 @@ def _plan(
 ) -> Plan:
     """Plan for these operands (arrays or ShapeDtypeStructs) and devices.
 
-    Operands already split along a summed index over a mesh axis are used in
-    place (``_shard.in_place``): the plan is then the one-device plan, run by
-    each device on its shard. The active mesh (``jax.set_mesh``) alone is not
-    consulted: as with ``jnp.einsum``, replicated operands under it are not
-    split, since nothing in them says to; operands split over it are.
+    Operands already split along one index (summed or output) over a mesh
+    axis are used in place (``_shard.in_place``): the plan is then the
+    one-device plan, run by each device on its shard. The active mesh
+    (``jax.set_mesh``) alone is not consulted: as with ``jnp.einsum``,
+    replicated operands under it are not split, since nothing in them says
+    to; operands split over it are.
     """
     if semiring not in SEMIRINGS:
         raise EinsliceError(

@@ -18,7 +18,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import PartitionSpec as P
 
 from .._errors import MemoryLimitError
 from .._plan._memory import format_bytes
@@ -26,7 +25,14 @@ from .._plan._types import Plan
 from . import _semiring
 from ._scan import Part, chunk_body, sweep
 from ._semiring import Config
-from ._shard import all_reduce, operand_specs, split, splits, tangent_reduce
+from ._shard import (
+    all_reduce,
+    operand_specs,
+    output_spec,
+    split,
+    splits,
+    tangent_reduce,
+)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(0, 1))
@@ -88,8 +94,8 @@ def _contract_jvp(plan: Plan, config: Config, primals, tangents):
 
         reduce = partial(tangent_reduce, plan.semiring)
         args = (tuple(primals), tuple(tangents), out)
-        specs = operand_specs(plan)
-        return out, split(plan, True, run, reduce, args, (specs, specs, P()))
+        specs = (operand_specs(plan),) * 2 + (output_spec(plan),)
+        return out, split(plan, True, run, reduce, args, specs)
     return out, tangent_sweep(plan, config, primals, tangents, out)
 
 

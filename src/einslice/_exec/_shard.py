@@ -15,7 +15,9 @@ Operands the caller already split along a summed index over the mesh axis
 split instead: each device contracts its own shard of the index (all of that
 shard's chunks) and the same all-reduce combines the devices. Every other
 operand holding the index is split the same way (a local slice, no traffic);
-the rest stay replicated.
+the rest stay replicated. Operands split along an output index need no
+communication at all: each device computes its own block of the output, which
+leaves ``shard_map`` split along that output dimension.
 """
 
 from __future__ import annotations
@@ -76,6 +78,19 @@ def operand_specs(plan: Plan) -> tuple[PartitionSpec, ...]:
     )
 
 
+def output_spec(plan: Plan) -> PartitionSpec:
+    """How the result leaves ``shard_map``.
+
+    Split along ``plan.sharded`` when that is an output index (each device
+    holds its block), else replicated (all-reduced).
+    """
+    eq = plan.equation
+    if plan.sharded not in eq.output or plan.devices <= 1:
+        return PartitionSpec()
+    _, axis = mesh_of(plan)
+    return PartitionSpec(*(axis if i == plan.sharded else None for i in eq.output))
+
+
 def split(
     plan: Plan,
     tangent: bool,
@@ -89,14 +104,17 @@ def split(
     Args:
         plan: the plan; its mesh (or ``devices``) says where to run.
         tangent: whether this is the derivative pass (``tangent_chunks``).
-        run: one device's sweep over the summed chunk numbers of ``part``,
-            under the plan it gets (one device's, for in-place operands).
+        run: one device's sweep over the summed chunk numbers of ``part``
+            (None: all of them), under the plan it gets (one device's, for
+            in-place operands).
         reduce: combines the devices' results along the mesh axis name.
         args: arrays (or tuples of arrays).
         specs: each arg's ``PartitionSpec`` (a matching tuple for a tuple).
 
     Returns:
-        The combined result, replicated on every device.
+        The combined result, replicated on every device; or, with operands
+        split along an output index, each device's block (no ``reduce``),
+        split along that output dimension.
     """
     mesh, axis = mesh_of(plan)
     # Operands arriving split: each device scans every chunk of its shard.
@@ -105,19 +123,22 @@ def split(
     chunks = inner.tangent_chunks if tangent else inner.chunks
     total = summed_chunk_count(eq.sizes, eq.output, dict(chunks))
     share = total if plan.sharded is not None else -(-total // mesh.shape[axis])
+    blocks = plan.sharded in eq.output
 
     def local(*args):
+        if blocks:  # disjoint blocks of the output: nothing to combine
+            return run(inner, None, *args)
         first = jnp.int32(0) if plan.sharded is not None else lax.axis_index(axis)
         return reduce(run(inner, Part(first * share, share), *args), axis)
 
     # check_vma=False: scans inside (ours and the semirings') start from
     # constant carries that become device-varying, which the check rejects.
-    # Outputs are replicated by construction (every result is all-reduced).
+    # Outputs are replicated by construction (all-reduced) or split blocks.
     sharded = jax.shard_map(
         local,
         mesh=mesh,
         in_specs=tuple(specs),
-        out_specs=PartitionSpec(),
+        out_specs=output_spec(plan),
         check_vma=False,
     )
     return sharded(*args)
@@ -178,10 +199,11 @@ def in_place(
     """Whether operands split by the caller can be used as they are.
 
     They can when every split operand axis is split along one and the same
-    mesh axis of one mesh, all of them hold the same summed index, that index
-    is on no operand twice (a diagonal) and splits evenly, and the mesh fits
-    what was ``asked``: ``mesh=`` and ``mesh_axis=`` name that mesh and axis,
-    ``devices=N`` has N devices on that axis, or nothing was asked (None).
+    mesh axis of one mesh, all of them hold the same index (summed or in the
+    output), that index is on no operand twice (a diagonal) and splits
+    evenly, and the mesh fits what was ``asked``: ``mesh=`` and
+    ``mesh_axis=`` name that mesh and axis, ``devices=N`` has N devices on
+    that axis, or nothing was asked (None).
     Then returns ``((axis size, mesh, axis), index)``; otherwise ``(asked or
     one device, None)``, and such operands are gathered (see ``place``).
     """
@@ -215,7 +237,6 @@ def in_place(
     if (
         not fits
         or n < 2
-        or index in eq.output
         or eq.sizes[index] % n
         or any(term.count(index) > 1 for term in eq.terms)
     ):

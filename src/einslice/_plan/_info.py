@@ -85,9 +85,12 @@ def _devices(plan: Plan) -> list[str]:
     out_bytes = prod(eq.sizes[i] for i in eq.output) * plan.itemsize
     reduced = out_bytes * (2 if plan.semiring == "log" else 1)
     if plan.sharded is not None:
-        # Operands arrive split along one summed index: each device scans
-        # every chunk of its own shard.
+        # Operands arrive split along one index: each device scans every
+        # chunk of its own shard; along an output index, that is its block of
+        # the output and nothing is combined.
         local = shard_plan(plan)
+        blocks = plan.sharded in eq.output
+        work = "computes its own output block" if blocks else "contracts its own shard"
         name, size = eq.names[plan.sharded], eq.sizes[plan.sharded]
         counts = [
             summed_chunk_count(local.equation.sizes, eq.output, dict(chunks))
@@ -95,10 +98,12 @@ def _devices(plan: Plan) -> list[str]:
         ]
         head = (
             f"   Devices: {where}; operands split along {name} are used in place: "
-            f"each contracts its own shard ({name}: {size // plan.devices} of "
+            f"each {work} ({name}: {size // plan.devices} of "
             f"{size}) in {counts[0]} summed chunk{'s' * (counts[0] != 1)} per "
             f"output block (gradient pass: {counts[1]})"
         )
+        if blocks:
+            return [head, f" All-reduce: none (the result stays split along {name})"]
     else:
         shares = []
         for chunks in (plan.chunks, plan.tangent_chunks):

@@ -105,9 +105,10 @@ class Plan:
     gradient_limit: int = 0
     mesh: object = None
     mesh_axis: str | None = None
-    # The summed index along which the operands arrive split across the mesh
-    # axis and are used in place: each device contracts its own shard of it
-    # (``_slice.shard_plan``) instead of its share of the chunk grid.
+    # The index along which the operands arrive split across the mesh axis
+    # and are used in place: each device contracts its own shard of it
+    # (``_slice.shard_plan``) instead of its share of the chunk grid; a summed
+    # index is then all-reduced, an output index gives each device its block.
     sharded: int | None = None
 
     @property
