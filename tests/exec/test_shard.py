@@ -273,6 +273,12 @@ def entry_shapes(text):
     entry = re.search(r"ENTRY [^(]*\((.*)\) ->", text).group(1)
     return re.findall(r"f64\[([\d,]*)\]", entry)
 
+def hlo(compiled):
+    text = compiled.as_text()
+    return {"all-gather": "all-gather" in text, "all-reduce": "all-reduce" in text,
+            "shapes": entry_shapes(text),
+            "temp": int(compiled.memory_analysis().temp_size_in_bytes)}
+
 mesh = jax.make_mesh((4,), ("x",))  # Explicit axes: JAX 0.10's default
 for semiring in ["sum", "log", "max"]:
     ops = operands([(12, 12)] * 6, semiring, 0)
@@ -308,6 +314,37 @@ for semiring in ["sum", "log", "max"]:
         out["hlo/grad-all-gather"] = "all-gather" in text
         out["hlo/grad-shapes"] = entry_shapes(text)
 
+# Split along an output index (i of ij and ik; il is cut on each device):
+# each device computes its rows of the output, which comes back split.
+for semiring in ["sum", "log", "max"]:
+    ops = operands([(12, 12)] * 6, semiring, 0)
+    split_ops = split(ops, mesh, {0: 0, 1: 0})
+    def call(*o):
+        return einslice.einsum(SEED, *o, memory_limit=LIMIT, semiring=semiring)
+    p = einslice.plan(SEED, *split_ops, memory_limit=LIMIT, semiring=semiring)
+    y = p(*split_ops)
+    out[f"rows/value/{semiring}"] = [sharded(p), err(y, call(*ops)),
+                                     list(y.sharding.spec)]
+    with jax.set_mesh(mesh):
+        if semiring == "max":
+            tangents = operands([(12, 12)] * 6, "sum", 7)
+            t = jax.jvp(call, split_ops, tangents)[1]
+            out[f"rows/grad/{semiring}"] = err(t, jax.jvp(call, ops, tangents)[1])
+            continue
+        weights = np.random.default_rng(3).standard_normal((12, 12))
+        def loss(*o):
+            y = call(*o)
+            return jnp.sum(jnp.where(jnp.isfinite(y), y, 0.0) * weights)
+        grads = jax.grad(loss, tuple(range(6)))
+        g, g_ref = grads(*split_ops), grads(*ops)
+        out[f"rows/grad/{semiring}"] = max(err(a, b) for a, b in zip(g, g_ref))
+        out[f"rows/grad-specs/{semiring}"] = [list(a.sharding.spec)[:1] for a in g]
+    if semiring == "sum":
+        out["rows/report"] = str(p)
+        out["rows/hlo"] = hlo(jax.jit(call).lower(*split_ops).compile())
+        with jax.set_mesh(mesh):
+            out["rows/grad-hlo"] = hlo(jax.jit(grads).lower(*split_ops).compile())
+
 ops = operands([(12, 12)] * 6, "sum", 0)
 ref = einslice.einsum(SEED, *ops, memory_limit=LIMIT)
 
@@ -321,12 +358,18 @@ check("mesh=", split(ops, mesh, K_AXES), mesh=mesh)
 check("devices=4", split(ops, mesh, K_AXES), devices=4)
 mesh2 = jax.make_mesh((2, 2), ("a", "b"))
 check("2d/b", split(ops, mesh2, K_AXES, "b"), mesh=mesh2, mesh_axis="b")
-# Fallbacks, gathered: split along another mesh axis than the one asked
-# for, along an output index (i of ij), two indices (k of jk, l of kl).
-check("2d/a", split(ops, mesh2, K_AXES, "b"), mesh=mesh2, mesh_axis="a")
 check("output", split(ops, mesh, {0: 0}))
-check("inconsistent", split(ops, mesh, {3: 1, 5: 1}))
 check("output+mesh=", split(ops, mesh, {0: 0}), mesh=mesh)
+# Fallbacks, gathered: split along another mesh axis than the one asked
+# for, two indices (k of jk, l of kl), a summed and an output index (i, k).
+check("2d/a", split(ops, mesh2, K_AXES, "b"), mesh=mesh2, mesh_axis="a")
+check("inconsistent", split(ops, mesh, {3: 1, 5: 1}))
+check("output+summed", split(ops, mesh, {0: 0, 3: 1}))
+# A formula summing nothing, split along an output index.
+x, y = operands([(8, 3), (3, 5)], "sum", 2)
+p = einslice.plan("ij,jk->ijk", *split([x, y], mesh, {0: 0}))
+out["outer"] = [sharded(p), err(p(*split([x, y], mesh, {0: 0})),
+                                np.einsum("ij,jk->ijk", x, y))]
 # Plans from ShapeDtypeStructs: uneven (6 over 4) and diagonal (kk) splits.
 S = lambda shape, spec: jax.ShapeDtypeStruct(
     shape, np.float64, sharding=NamedSharding(mesh, spec))
@@ -382,15 +425,52 @@ def test_split_operands_not_gathered(in_place):
 
 
 @pytest.mark.parametrize(
-    "case, devices", [("only-jk", 4), ("mesh=", 4), ("devices=4", 4), ("2d/b", 2)]
+    "case, index, devices",
+    [
+        ("only-jk", "k", 4),
+        ("mesh=", "k", 4),
+        ("devices=4", "k", 4),
+        ("2d/b", "k", 2),
+        ("output", "i", 4),
+        ("output+mesh=", "i", 4),
+    ],
 )
-def test_split_operands_in_place_with_device_arguments(in_place, case, devices):
-    assert in_place[case] == ["k", devices, pytest.approx(0, abs=1e-10)]
+def test_split_operands_in_place_with_device_arguments(in_place, case, index, devices):
+    assert in_place[case] == [index, devices, pytest.approx(0, abs=1e-10)]
+
+
+@pytest.mark.parametrize("semiring", ["sum", "log", "max"])
+def test_split_along_output_index_used_in_place(in_place, semiring):
+    index, error, spec = in_place[f"rows/value/{semiring}"]
+    assert index == "i"
+    assert error <= 1e-10
+    assert spec == ["x", None]  # the result stays split along i
+    assert in_place[f"rows/grad/{semiring}"] <= 1e-10
+    if semiring != "max":
+        # Cotangents of the operands holding i come back split the same way.
+        specs = in_place[f"rows/grad-specs/{semiring}"]
+        assert specs[:3] == [["x"]] * 3
+
+
+def test_split_along_output_index_needs_no_communication(in_place):
+    # Each device's arguments are its rows (3x12); nothing gathered or reduced.
+    forward = in_place["rows/hlo"]
+    assert forward["shapes"] == ["3,12", "3,12", "3,12", "12,12", "12,12", "12,12"]
+    assert not forward["all-gather"]
+    assert not forward["all-reduce"]
+    assert forward["temp"] <= in_place["limit"]
+    # Gradients gather nothing (the replicated jk, jl, kl sum their cotangents).
+    assert not in_place["rows/grad-hlo"]["all-gather"]
+    assert in_place["rows/grad-hlo"]["shapes"][:3] == ["3,12"] * 3
+    report = in_place["rows/report"]
+    assert "split along i are used in place: each computes its own output" in report
+    assert "All-reduce: none (the result stays split along i)" in report
+    assert in_place["outer"] == ["i", pytest.approx(0, abs=1e-10)]
 
 
 @pytest.mark.parametrize(
     "case, devices",
-    [("2d/a", 2), ("output", 1), ("inconsistent", 1), ("output+mesh=", 4)],
+    [("2d/a", 2), ("inconsistent", 1), ("output+summed", 1)],
 )
 def test_split_operands_gathered_when_not_usable(in_place, case, devices):
     assert in_place[case] == [None, devices, pytest.approx(0, abs=1e-10)]
