@@ -62,6 +62,78 @@ def normalize_path(path: Sequence[object]) -> Path:
     return tuple(out)
 
 
+# Two-group candidates are enumerated for at most this many operands.
+_TWO_GROUP_MAX_OPERANDS = 10
+
+
+def two_group_paths(
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+    keep: int = 2,
+) -> list[Path]:
+    """Seed-shaped paths: two groups multiplied elementwise, then one contraction.
+
+    The seed's hand-written step ``ij,i,il,j,jl,l->ij`` scales two matrices
+    and multiplies them once; for a chunk of the formula that is ``ik,il,kl
+    -> ikl`` and ``jk,jl -> jkl`` (broadcast products, fused by XLA), then
+    ``ikl,jkl->ij`` as one matrix multiply whose result is small. FLOP-based
+    searches rank it equal to paths whose multiply writes an ``ijk``-sized
+    result, so they rarely return it; this offers the ``keep`` most balanced
+    splits of the operands that hold some non-output index into two groups
+    (operands with output indices only are multiplied in last). The cost
+    model decides among them and the searched paths.
+
+    Example:
+        >>> t = [(0, 1), (0, 2), (0, 3), (1, 2), (1, 3), (2, 3)]  # ij,ik,il,jk,jl,kl
+        >>> two_group_paths(t, (0, 1), [8, 8, 8, 8], keep=1)
+        [((1, 2), (1, 2), (1, 3), (1, 2), (0, 1))]
+    """
+    n = len(terms)
+    out = set(output)
+    core = [k for k in range(n) if not set(terms[k]) <= out]
+    rest = [k for k in range(n) if k not in core]
+    if len(core) < 3 or len(core) > _TWO_GROUP_MAX_OPERANDS:
+        return []
+
+    def numel(indices: set[int]) -> int:
+        return prod(sizes[i] for i in indices)
+
+    ranked = []
+    for mask in range(1, 2 ** (len(core) - 1)):
+        left = [k for b, k in enumerate(core) if mask >> b & 1]
+        right = [k for k in core if k not in left]
+        union_l = set().union(*(terms[k] for k in left))
+        union_r = set().union(*(terms[k] for k in right))
+        shape = (max(numel(union_l), numel(union_r)), numel(union_l | union_r))
+        ranked.append((shape, left, right))
+    ranked.sort(key=lambda r: r[0])
+    return [_grouped_path(n, left, right, rest) for _, left, right in ranked[:keep]]
+
+
+def _grouped_path(n: int, left: list[int], right: list[int], rest: list[int]) -> Path:
+    """The linear path multiplying each group in turn, then the two, then ``rest``."""
+    alive, path = list(range(n)), []
+
+    def merge(a: int, b: int) -> int:
+        path.append(tuple(sorted((alive.index(a), alive.index(b)))))
+        alive.remove(a)
+        alive.remove(b)
+        alive.append(n + len(path) - 1)
+        return alive[-1]
+
+    def chain(nodes: list[int]) -> int:
+        node = nodes[0]
+        for other in nodes[1:]:
+            node = merge(node, other)
+        return node
+
+    root = merge(chain(left), chain(right))
+    for k in rest:
+        root = merge(root, k)
+    return tuple(path)
+
+
 def find_path(
     terms: Sequence[tuple[int, ...]],
     output: tuple[int, ...],
@@ -242,7 +314,16 @@ def _layout(
             a,
             b,
             _elementwise_order(
-                a, b, node_terms, label_sets, pairs_by_node, consumer, node, output, big
+                a,
+                b,
+                node_terms,
+                label_sets,
+                pairs_by_node,
+                consumer,
+                node,
+                output,
+                big,
+                sizes,
             ),
             (),
         )
@@ -308,6 +389,7 @@ def _elementwise_order(
     node: int,
     output: tuple[int, ...],
     big: tuple[int, ...],
+    sizes: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """Index order for a step that contracts nothing (a fused broadcast product).
 
@@ -330,8 +412,8 @@ def _elementwise_order(
         # The consumer multiplies elementwise too (XLA fuses such chains): write
         # the order the chain's end wants, so no link in the chain transposes.
         provisional = [*node_terms, tuple(every)]
-        sizes = {k: len(t) for k, t in enumerate(provisional)}
-        larger = max((node, other), key=lambda k: sizes.get(k, 0))
+        ranks = {k: len(t) for k, t in enumerate(provisional)}
+        larger = max((node, other), key=lambda k: ranks.get(k, 0))
         wanted = _elementwise_order(
             node,
             other,
@@ -342,6 +424,7 @@ def _elementwise_order(
             len(label_sets) - len(pairs_by_node) + consumer[node],
             output,
             provisional[larger] if larger < len(provisional) else tuple(every),
+            sizes,
         )
         return tuple(
             [i for i in wanted if i in result_set]
@@ -354,6 +437,11 @@ def _elementwise_order(
     batch_c = [i for i in every if i in partner and i in made]
     contracted_c = [i for i in every if i in partner and i not in made]
     free_c = [i for i in every if i not in partner]
+    if other >= len(node_terms) and sizes is not None:
+        # Nothing fixes the contracted order yet: put the largest index last,
+        # so the fused product runs along a long contiguous axis (a chunk of
+        # 2 as the minor axis measured 3-5% slower on the seed formula).
+        contracted_c.sort(key=lambda i: sizes[i])
     return (*batch_c, *free_c, *contracted_c)
 
 
