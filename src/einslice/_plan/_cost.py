@@ -49,6 +49,7 @@ FRESH_PAGE_COST = 40.0
 LOOP_BYTES = 1024
 # A matrix multiply whose smallest side is small runs below peak speed.
 SMALL_GEMM_SIDE = 32
+SMALL_GEMM_OUTPUT = 2**16
 # A batched product contracting few entries (e.g. ``ijk,ik->ij`` with k a
 # chunk of 2..16) runs as many tiny multiplies: measured on XLA CPU at about
 # 1.1 ns per result entry plus 0.15 ns per operand entry (n=128..512, k=2..32),
@@ -180,7 +181,7 @@ def evaluate(
         # The transposed body keeps the recomputed forward alive beside the
         # cotangents of every node (about three bodies), and accumulates each
         # operand's cotangent at full size.
-        peak = 3 * peak + 2 * sum(_numel(t, sizes) for t in body.terms)
+        peak = 2 * peak + 2 * sum(_numel(t, sizes) for t in body.terms)
         if any(i in body.output for i in chunks):
             # the output's cotangent, read block by block, and its copy
             peak += 2 * _numel(body.output, sizes)
@@ -201,6 +202,13 @@ def evaluate(
     if tangent:
         total_flops *= 3
         time *= 3
+        if chunks:
+            # Reverse mode adds every chunk's operand cotangents into
+            # full-size accumulators (a slice's transpose is a full-size
+            # update): about three passes over every operand per chunk,
+            # measured as ~1.4 ms per chunk for the seed formula at n=512.
+            full = sum(_numel(_unique(t), sizes) for t in body.terms)
+            time += count * _bytes_cost(3 * full * itemsize)
     return Cost(flops=int(total_flops), peak_bytes=peak_bytes, time=float(time))
 
 
@@ -239,6 +247,11 @@ def _gemm_penalty(
             + THIN_BATCHED_PER_OPERAND * operands
         )
     side = min(m, n, k)
+    if side >= SMALL_GEMM_SIDE and m * n < SMALL_GEMM_OUTPUT:
+        # a small result parallelizes poorly over the cores: measured 140-260
+        # GFLOP/s for 128x128 results (K = 128..4096) against ~350 above 256x256
+        scale = min((SMALL_GEMM_OUTPUT / (m * n)) ** 0.5 - 1.0, 1.0)
+        return 2.0 * batch * m * n * k * scale
     if side >= SMALL_GEMM_SIDE:
         return 0.0
     return 2.0 * batch * m * n * k * (SMALL_GEMM_SIDE / max(side, 1) - 1) * 0.25

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
+from math import prod
 
 from .._errors import MemoryLimitError
 from ._cost import Body, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
-from ._order import find_path, to_steps
+from ._order import find_path, to_steps, two_group_paths
 from ._slice import Slicing, choose_slicing, spread_chunks
 from ._types import SEMIRINGS, Cost, Equation, Plan
 
@@ -77,28 +79,31 @@ def make_plan(
     bodies: dict[tuple[int, ...], Body] = {}
 
     def body_of(path: tuple[tuple[int, ...], ...], local: list[int]) -> Body:
-        steps, _ = to_steps(prepared, output, path, local)
+        steps = _steps(prepared, output, path, tuple(local))
         return Body(equation.terms, prepared, steps, output, semiring)
 
     # Re-planning for each trial chunking uses the fast greedy search when the
     # strategy is "auto"; the chosen chunking then gets one full search.
     replanner = "greedy" if optimize in ("auto", True) else optimize
 
+    grouped = two_group_paths(prepared, output, sizes) if replan else []
+
     def search(base_path: tuple[tuple[int, ...], ...]) -> Slicing:
         bodies.clear()
         base_body = body_of(base_path, list(sizes))
 
         def cost_fwd(chunks: dict[int, int]) -> Cost:
-            best_body, best = base_body, evaluate(base_body, sizes, chunks, itemsize)
+            best_body, best = base_body, _cost(base_body, sizes, chunks, itemsize)
             local = chunked_sizes(sizes, chunks)
             paths = [base_path] if chunks else []
             if replan:
                 paths.append(
                     find_path(prepared, output, dict(enumerate(local)), replanner)
                 )
+                paths.extend(grouped)
             for path in paths:
                 body = body_of(path, local)
-                cost = evaluate(body, sizes, chunks, itemsize)
+                cost = _cost(body, sizes, chunks, itemsize)
                 if _better(cost, best, memory_limit):
                     best_body, best = body, cost
             bodies[_key(chunks)] = best_body
@@ -145,18 +150,25 @@ def make_plan(
         cost = evaluate(full_search, sizes, forward.chunks, itemsize)
         if _better(cost, forward.cost, memory_limit):
             body, forward = full_search, Slicing(forward.chunks, cost, True)
+    # Hoisting keeps the loop's result and its cotangent beside the derivative
+    # pass: leave room for them, else the slicing would fill the limit first.
+    room = 2 * itemsize * prod(sizes[i] for i in output) if hoistable_steps(body) else 0
     tangent = choose_slicing(
-        lambda chunks: evaluate(body, sizes, chunks, itemsize, tangent=True),
+        lambda chunks: _cost(body, sizes, chunks, itemsize, tangent=True),
         sizes,
         _candidates(body, sizes),
-        memory_limit,
-        explore_when_fits=False,
+        max(memory_limit - room, 0),
     )
     if devices > 1:
         forward, tangent = _spread(
             body, sizes, itemsize, memory_limit, forward, tangent, devices
         )
     pairs = _path_of(body)
+    hoisted = 0
+    if forward.chunks or tangent.chunks:
+        hoisted, forward, tangent = _hoist(
+            body, sizes, itemsize, memory_limit, forward, tangent
+        )
     gradient_limit = memory_limit
     if tangent.cost.peak_bytes > memory_limit and not probe:
         # A larger limit changes the forward plan and with it the derivative's
@@ -192,7 +204,74 @@ def make_plan(
         memory_limit=memory_limit,
         dtype=dtype,
         devices=devices,
+        hoisted=hoisted,
     )
+
+
+def hoistable_steps(body: Body) -> int:
+    """How many final steps multiply in operands that hold output indices only.
+
+    Such a chain of elementwise products can run once after the chunk loop
+    (the semiring's sum distributes over it). The steps before it must leave a
+    result holding every output index, so that the loop accumulates a block of
+    the output's shape.
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> from einslice._plan._order import to_steps
+        >>> eq = build_equation(parse_subscripts("ij,ik,jk->ij", 3), ((2, 2),) * 3)
+        >>> steps, _ = to_steps(eq.terms, eq.output, ((1, 2), (0, 1)))
+        >>> hoistable_steps(Body(eq.terms, eq.terms, steps, eq.output, "sum"))
+        1
+    """
+    n, steps = len(body.prepared), body.steps
+    output = set(body.output)
+    count, node = 0, n + len(steps) - 1
+    for s in reversed(range(1, len(steps))):
+        step = steps[s]
+        if n + s != node or step.contracted:
+            break
+        sides = (step.left, step.right)
+        hoisted = [x for x in sides if x < n and set(body.prepared[x]) <= output]
+        rest = [x for x in sides if x not in hoisted[:1]]
+        if not hoisted or rest[0] < n:
+            break
+        count, node = count + 1, rest[0]
+    while count and set(steps[node - n].result) != output:
+        count -= 1  # the loop's result must have the output's shape
+        node = n + len(steps) - 1 - count
+    return count
+
+
+def _hoist(
+    body: Body,
+    sizes: tuple[int, ...],
+    itemsize: int,
+    limit: int,
+    forward: Slicing,
+    tangent: Slicing,
+) -> tuple[int, Slicing, Slicing]:
+    """Hoist the final products out of the loop when the extra buffers fit.
+
+    The loop's result is then a temporary of the output's size (and, for the
+    derivative, its cotangent too).
+    """
+    count = hoistable_steps(body)
+    if not count:
+        return 0, forward, tangent
+    extra = itemsize * prod(sizes[i] for i in body.output)
+    grown = [
+        Slicing(
+            s.chunks, replace(s.cost, peak_bytes=s.cost.peak_bytes + k * extra), s.fits
+        )
+        for s, k in ((forward, 1), (tangent, 2))
+    ]
+    if any(
+        g.cost.peak_bytes > max(limit, s.cost.peak_bytes)
+        for g, s in zip(grown, (forward, tangent), strict=True)
+    ):
+        return 0, forward, tangent
+    return count, grown[0], grown[1]
 
 
 def _spread(
@@ -216,6 +295,22 @@ def _spread(
                 chosen = Slicing(chunks, cost, chosen.fits)
         out.append(chosen)
     return out[0], out[1]
+
+
+@lru_cache(maxsize=4096)
+def _steps(prepared, output, path, local: tuple[int, ...]):
+    """``to_steps``, cached: the search and its re-plans revisit chunkings."""
+    return to_steps(prepared, output, path, local)[0]
+
+
+@lru_cache(maxsize=16384)
+def _evaluate(body: Body, sizes, chunks: tuple, itemsize: int, tangent: bool) -> Cost:
+    return evaluate(body, sizes, dict(chunks), itemsize, tangent=tangent)
+
+
+def _cost(body, sizes, chunks: dict[int, int], itemsize: int, tangent=False) -> Cost:
+    """``evaluate``, cached on the (hashable) body and the chunking."""
+    return _evaluate(body, tuple(sizes), _key(chunks), itemsize, tangent)
 
 
 def _key(chunks: dict[int, int]) -> tuple[int, ...]:

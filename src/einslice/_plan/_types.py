@@ -110,6 +110,11 @@ class Plan:
     # (``_slice.shard_plan``) instead of its share of the chunk grid; a summed
     # index is then all-reduced, an output index gives each device its block.
     sharded: int | None = None
+    # How many final steps run once after the chunk loop instead of in every
+    # chunk: products with operands that hold output indices only (the seed's
+    # ``ij``). The loop accumulates the rest; the derivative then needs no
+    # recomputed chunk result to give those operands' gradients.
+    hoisted: int = 0
 
     @property
     def sliced(self) -> dict[str, int]:
