@@ -61,7 +61,7 @@ def reduce(semiring: str, x: jax.Array, axes: Sequence[int]) -> jax.Array:
         return jnp.sum(x, axis=axes, dtype=x.dtype)
     if semiring == "log":
         return log_sum(x, axes)
-    return jnp.max(x, axis=axes, initial=-jnp.inf)
+    return max_first(x, axes)
 
 
 def _safe_shift(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
@@ -202,7 +202,41 @@ def _outer(op, left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax
 
 
 def _max_over(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    return max_first(x, axes)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1,))
+def max_first(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """Max over ``axes``; its derivative follows the first maximizing entry.
+
+    ``jnp.max`` splits the derivative equally among tied maxima; for max-plus
+    (MAP) the derivative should be the indicator of one maximizing assignment,
+    so ties go to the first entry in row-major order of ``axes`` (the union
+    steps reduce trailing axes, so this needs no copy).
+
+    Example:
+        >>> jax.grad(lambda x: max_first(x, (0,)))(jnp.array([1.0, 3.0, 3.0])).tolist()
+        [0.0, 1.0, 0.0]
+    """
     return jnp.max(x, axis=axes, initial=-jnp.inf)
+
+
+@max_first.defjvp
+def _max_first_jvp(axes, primals, tangents):
+    (x,), (tx,) = primals, tangents
+    out = max_first(x, axes)
+    if prod(x.shape[a] for a in axes) == 0:
+        return out, jnp.zeros_like(out)
+    kept = [a for a in range(x.ndim) if a not in axes]
+    order = (*kept, *axes)
+
+    def flat(y):
+        if order != tuple(range(y.ndim)):
+            y = jnp.transpose(y, order)
+        return y.reshape((*out.shape, -1))
+
+    first = jnp.argmax(flat(x), axis=-1)[..., None]
+    return out, jnp.take_along_axis(flat(tx), first, axis=-1)[..., 0]
 
 
 def _union_reduce(left, right, dims: DimensionNumbers, reduce_axes) -> jax.Array:
