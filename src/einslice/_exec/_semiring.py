@@ -123,14 +123,14 @@ def pair(
 
 
 def dot(left, right, dims: DimensionNumbers, **options) -> jax.Array:
-    """``lax.dot_general`` with each run of adjacent axes merged into one axis.
+    """``lax.dot_general`` with a run of contracted axes merged into one axis.
 
-    A run of contracted axes adjacent (and in the same order) on both sides,
-    or a run of free axes on one side, is reshaped into a single axis first
-    (free: no data moves). XLA's CPU backend copies operands with several
-    contracted axes into another layout before its matrix multiply, and a
-    2-D multiply is the form its fast kernels take; the result is reshaped
-    back, so the caller sees ``dot_general``'s own result.
+    When the contracted axes are adjacent and in the same order on both sides
+    they are reshaped into a single axis first (no data moves): XLA's CPU
+    backend copied an operand with several contracted axes into another
+    layout before its matrix multiply. Free axes are left alone (merging them
+    measured 1.5x slower on ``ab,ac,ad->bcd``). The result is
+    ``dot_general``'s own.
 
     Example:
         >>> x, y = jnp.ones((3, 4, 5)), jnp.ones((6, 4, 5))
@@ -138,25 +138,16 @@ def dot(left, right, dims: DimensionNumbers, **options) -> jax.Array:
         (3, 6)
     """
     (left_c, right_c), (left_b, right_b) = dims
-    left_f = [a for a in range(left.ndim) if a not in left_c and a not in left_b]
-    right_f = [a for a in range(right.ndim) if a not in right_c and a not in right_b]
-    out_shape = (
-        *(left.shape[a] for a in left_b),
-        *(left.shape[a] for a in left_f),
-        *(right.shape[a] for a in right_f),
-    )
-    merge_c = _is_run(left_c) and _is_run(right_c)
-    groups_l = [tuple(left_c)] * merge_c + [tuple(left_f)] * _is_run(left_f)
-    groups_r = [tuple(right_c)] * merge_c + [tuple(right_f)] * _is_run(right_f)
-    left, where_l = _merge_axes(left, groups_l)
-    right, where_r = _merge_axes(right, groups_r)
-    if not where_l and not where_r:
+    if not (_is_run(left_c) and _is_run(right_c)):
         return lax.dot_general(left, right, dims, **options)
+    left, where_l = _merge_axes(left, [tuple(left_c)])
+    right, where_r = _merge_axes(right, [tuple(right_c)])
     merged = (
         (_moved(left_c, where_l), _moved(right_c, where_r)),
         (_moved(left_b, where_l), _moved(right_b, where_r)),
     )
-    return lax.dot_general(left, right, merged, **options).reshape(out_shape)
+    # contracted axes are not in the result: its shape is unchanged
+    return lax.dot_general(left, right, merged, **options)
 
 
 def _is_run(axes: Sequence[int]) -> bool:
