@@ -50,6 +50,13 @@ def describe(plan: Plan) -> str:
             f"{format_bytes(plan.tangent_cost.peak_bytes)}"
         )
     lines.extend(_devices(plan))
+    if plan.hoisted:
+        first = len(plan.steps) - plan.hoisted
+        lines.append(
+            f"     After: step{'s' * (plan.hoisted > 1)} {first}"
+            f"{f'-{len(plan.steps) - 1}' if plan.hoisted > 1 else ''} "
+            "once after the loop (operands with output indices only)"
+        )
     lines.append(f"      Path: {list(plan.path)}")
     if plan.steps:
         lines.append("")
