@@ -337,3 +337,30 @@ def test_unsatisfiable_sat_instance_is_minus_infinity():
     model = read_uai(SHARED / "sat-grid-pbl-0010.cnf.uai")
     assert eliminate_log_z(model) == -math.inf
     assert log_partition(model) == README_LN_Z["sat-grid-pbl-0010.cnf"]
+
+
+def test_an_order_no_slicing_fits_falls_back_to_the_core_search(monkeypatch):
+    # The model's order search is time-bounded; when its order cannot be
+    # sliced under the limit, the core's own search (with its frugal
+    # fallbacks) plans instead, and the first error is kept if that fails too.
+    from einslice.pgm import _infer
+
+    model = read_uai(DATA / "loop4.uai")
+    expected = log_partition(model)  # before patching anything
+    real_plan = einslice.plan
+    asked = []
+
+    def plan(*args, optimize, **kwargs):
+        asked.append(optimize)
+        if optimize != "auto":
+            raise einslice.MemoryLimitError(
+                "no slicing fits", smallest_limit=1, flops=0
+            )
+        return real_plan(*args, optimize=optimize, **kwargs)
+
+    monkeypatch.setattr(
+        _infer, "_resolve", lambda network, optimize: (network, [(0, 1)])
+    )
+    monkeypatch.setattr(einslice, "plan", plan)
+    assert log_partition(model) == pytest.approx(expected)
+    assert asked[-2:] == [[(0, 1)], "auto"]

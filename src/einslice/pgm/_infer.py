@@ -21,7 +21,8 @@ import numpy as np
 
 import einslice
 
-from .._errors import EinsliceError
+from .._errors import EinsliceError, MemoryLimitError
+from .._plan._types import Plan
 from ._model import Evidence, FactorGraph
 from ._network import Network, build_network, choose_order, cluster_groups, merge
 
@@ -265,14 +266,31 @@ def _prepare(
     args: list = []
     for table, term in zip(network.tables, network.terms, strict=True):
         args += [table.shape, list(term)]
-    plan = einslice.plan(
-        *args,
-        [],
-        memory_limit=memory_limit,
-        optimize=path,
-        semiring=semiring,
-        dtype=dtype_,
-    )
+
+    def plan_with(order: object) -> Plan:
+        return einslice.plan(
+            *args,
+            [],
+            memory_limit=memory_limit,
+            optimize=order,
+            semiring=semiring,
+            dtype=dtype_,
+        )
+
+    try:
+        plan = plan_with(path)
+    except MemoryLimitError as first:
+        if path == "auto":
+            raise
+        # The order search is time-bounded and ranks orders by cost, not by
+        # how far slicing shrinks them: on a loaded machine it can return one
+        # that no slicing fits (Grids_15 at 256 MB, 1 run in 4). The core's
+        # own search falls back to frugal orders; keep the first error if
+        # that fails too.
+        try:
+            plan = plan_with("auto")
+        except MemoryLimitError:
+            raise first from None
     return _Prepared(network, plan, dtype_)
 
 
