@@ -39,7 +39,7 @@ from jax import lax
 from .._plan._types import Plan
 from . import _semiring
 from ._semiring import Config
-from ._step import _broadcast
+from ._step import _broadcast, dimension_numbers
 
 # Above this many steps the scaled form is not tried: both forms are traced
 # into every chunk, and long chains of small steps (graphical models) gain
@@ -114,17 +114,7 @@ def _scaled(plan: Plan, config: Config, nodes) -> tuple[jax.Array, jax.Array]:
             m = _broadcast(m_l, t_l, step.result) * _broadcast(m_r, t_r, step.result)
             s = _broadcast(s_l, t_l, step.result) + _broadcast(s_r, t_r, step.result)
         else:
-            batch = [i for i in step.result if i in t_l and i in t_r]
-            dims = (
-                (
-                    tuple(t_l.index(i) for i in step.contracted),
-                    tuple(t_r.index(i) for i in step.contracted),
-                ),
-                (
-                    tuple(t_l.index(i) for i in batch),
-                    tuple(t_r.index(i) for i in batch),
-                ),
-            )
+            dims = dimension_numbers(step, t_l, t_r)
             m = _semiring.dot(
                 m_l,
                 m_r,

@@ -50,8 +50,16 @@ def run_step(
             _broadcast(left, left_term, step.result),
             _broadcast(right, right_term, step.result),
         )
+    dims = dimension_numbers(step, left_term, right_term)
+    return _semiring.pair(semiring, left, right, dims, config)
+
+
+def dimension_numbers(
+    step: Step, left_term: tuple[int, ...], right_term: tuple[int, ...]
+) -> _semiring.DimensionNumbers:
+    """``dot_general``'s (contracting, batch) axes of a step on laid-out sides."""
     batch = [i for i in step.result if i in left_term and i in right_term]
-    dims = (
+    return (
         (
             tuple(left_term.index(i) for i in step.contracted),
             tuple(right_term.index(i) for i in step.contracted),
@@ -61,7 +69,6 @@ def run_step(
             tuple(right_term.index(i) for i in batch),
         ),
     )
-    return _semiring.pair(semiring, left, right, dims, config)
 
 
 def _drop(
