@@ -162,8 +162,13 @@ def sweep(
                 sizes, chunks, sum_indices, jnp.minimum(t, total - 1)
             )
             new = step(carry, {**out_starts, **starts}, valid)
-            if part is not None:
-                new = jax.tree.map(partial(jnp.where, t < total), new, carry)
+            # Past the grid (a device's share, see ``part``) the carry stays as
+            # it was. Without ``part`` the select is always true, and it is kept
+            # for speed: XLA CPU runs a lone elementwise op (the accumulating
+            # ``add`` after a dot) as a single-op fusion ~2.5x slower than a
+            # fused add+select (47 vs 18 us for a 512x512 add, profiled; the
+            # seed formula at n=512 runs 5% faster with it).
+            new = jax.tree.map(partial(jnp.where, t < total), new, carry)
             return new, None
 
         if checkpoint:
