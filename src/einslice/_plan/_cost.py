@@ -39,7 +39,10 @@ CHUNK_OVERHEAD = 2.0e5
 PEAK_PREFERENCE = 0.06
 # Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
 SMALL_CONTRACTION = 16
-PREFERENCE_FROM = 64 * 2**20
+# The last-level cache (32 MB here): a peak beyond it streams from DRAM. At
+# 64 MB the seed formula at n=1024 took chunks of 4 (76 MB), measured 0.90-0.97x
+# scan_einsum against 0.97-1.04x for chunks of 2 (44 MB), now chosen.
+PREFERENCE_FROM = 32 * 2**20
 # Slicing an output index measured 1.5-1.8x slower than slicing a summed one
 # with the same path and chunk (seed formula, n=512, XLA CPU), beyond what the
 # traffic model explains; prefer summed slicing unless it is clearly worse.
@@ -268,8 +271,9 @@ def ranking(cost: Cost) -> float:
     Intermediates of hundreds of MB are slower than the model says (page
     faults, copies into layouts, allocator pressure: the seed formula's
     unsliced n=512 plan measured 2x its sliced one at equal FLOPs), so above
-    ``PREFERENCE_FROM`` bytes each doubling of the peak costs 6%. Below it,
-    time alone decides (slicing small problems measured slower).
+    ``PREFERENCE_FROM`` bytes (the last-level cache) each doubling of the peak
+    costs 6%. Below it, time alone decides (slicing small problems measured
+    slower).
     """
     doublings = log2(max(cost.peak_bytes, PREFERENCE_FROM) / PREFERENCE_FROM)
     return cost.time * (1 + PEAK_PREFERENCE * doublings)
