@@ -27,6 +27,7 @@ import time
 from _common import RESULTS, environment_lines, import_einslice, seed_table, write
 
 METHODS = ["einslice", "einslice@64MB", "scan_einsum", "jnp.einsum"]
+ROUNDS = 30
 
 
 def matmul_pair(n=1024, pairs=30):
@@ -74,20 +75,31 @@ def main():
     gflops_before = _measure.matmul_gflops()
     methods = [*_methods.resolve_methods(METHODS), _methods.matmul_method()]
     ctx = _methods.Context(None, None, device.memory)
-    cells = _run.run(
-        [_suite.seed_formula(n) for n in sizes],
-        methods,
-        ctx,
-        device,
+    formulas = [_suite.seed_formula(n) for n in sizes]
+    common = dict(
         matmul_gflops=gflops_before,
         max_seconds=args.max_seconds,
-        repeats=5,
+        # At n=512 single runs of both methods swing by +-4% on this shared
+        # machine; 5 rounds left the ratio's median moving by as much (0.93x to
+        # 0.99x over three runs of the same code). 30 rounds, each method's
+        # capped at 45 s (6 at n=1024), hold it within about 1%.
+        repeats=ROUNDS,
         budget=45.0,
-        interleave=True,  # ABC ABC...: the shared machine's load hits all alike
+        interleave=True,  # ABC BCA ...: load and cold caches hit all alike
     )
+    # jnp.einsum runs last, after every size: its n^4 intermediate (1 GB at
+    # n=128) leaves the process's heap so that later multi-MB temporaries run
+    # slower (einslice at n=128: 2.96 -> 4.45 ms per call after one
+    # jnp.einsum call, with no extra page faults; scan_einsum, with 0.2 MB of
+    # temporaries, unchanged), which would charge its cost to the others.
+    last = [m for m in methods if m.name == "jnp.einsum"]
+    first = [m for m in methods if m not in last]
+    cells = _run.run(formulas, first, ctx, device, **common)
+    cells += _run.run(formulas, last, ctx, device, **common)
     pair = matmul_pair()
     gflops_after = _measure.matmul_gflops()
     matmul_at = {c.n: c.gflops for c in cells if c.method == "matmul"}
+    rounds = {c.n: c.runs for c in cells if c.method == "scan_einsum"}
 
     ratio = pair["jnp.einsum"] / pair["einslice"]
     lines = [
@@ -100,9 +112,11 @@ def main():
         f"{gflops_after:.1f} after; timed in the same rounds at each n: "
         + ", ".join(f"{g:.0f}" for g in matmul_at.values() if g)
         + " GFLOP/s (the % of matmul columns use these)",
-        "- work counted as 2 n^4 FLOPs; times are medians of up to 5 rounds after "
-        "a warm-up run, methods alternating within each round (rounds stop at "
-        "45 s for the slowest method)",
+        "- work counted as 2 n^4 FLOPs; times are medians of "
+        + ", ".join(f"{r} (n={n})" for n, r in rounds.items())
+        + f" rounds after a warm-up run ({ROUNDS}, more for calls under 7 ms, "
+        "fewer where 30 would take a method over 45 s), methods alternating "
+        "within each round and each round starting one method later",
         "",
         seed_table(cells, METHODS, lambda n, m: matmul_at.get(n)),
         "",

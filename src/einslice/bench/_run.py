@@ -121,7 +121,7 @@ def run(
         deadline: a ``time.monotonic()`` instant; a run estimated to end after
             it is skipped too, so that the whole benchmark ends in time.
         interleave: on each formula, prepare every method, then time them in
-            rounds (ABC ABC ...) so that load that comes and goes on a shared
+            rounds (ABC BCA CAB ...) so that load that comes and goes on a shared
             machine falls on all alike; for ratios between methods.
         dtype: operand dtype.
         progress: show a tqdm progress bar on stderr.
@@ -285,7 +285,7 @@ def _time_interleaved(
     budget: float,
     bar: _Bar,
 ) -> dict[str, np.ndarray]:
-    """Warm each runner up, then time them in rounds: ABC ABC ...
+    """Warm each runner up, then time them in rounds: ABC BCA CAB ...
 
     Each method gets the rounds :func:`timed_runs` gives it (``repeats``, more
     for very fast calls, fewer when ``budget`` is short); one slower than
@@ -314,7 +314,11 @@ def _time_interleaved(
         ready.append((cell, runner))
     times: dict[str, list[float]] = {cell.method: [] for cell, _ in ready}
     for r in range(max(rounds.values(), default=0)):
-        for cell, runner in ready:
+        # Each round starts one method later: whichever runs first after the
+        # previous round's largest call finds the caches cold (measured: the
+        # first of two identical einslice plans ran 1.5x slower at n=128).
+        shift = r % max(len(ready), 1)
+        for cell, runner in ready[shift:] + ready[:shift]:
             if r < rounds[cell.method]:
                 start = time.perf_counter()
                 runner.call()
