@@ -22,9 +22,8 @@ import numpy as np
 import einslice
 
 from .._errors import EinsliceError, MemoryLimitError
-from .._plan._types import Plan
 from ._model import Evidence, FactorGraph
-from ._network import Network, build_network, choose_order, cluster_groups, merge
+from ._network import Network, build_network, choose_orders, cluster_groups, merge
 
 __all__ = [
     "MapResult",
@@ -262,40 +261,44 @@ def _prepare(
     network = build_network(model.condition(evidence))
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
-    network, path = _resolve(network, optimize)
-    args: list = []
-    for table, term in zip(network.tables, network.terms, strict=True):
-        args += [table.shape, list(term)]
-
-    def plan_with(order: object) -> Plan:
-        return einslice.plan(
-            *args,
-            [],
-            memory_limit=memory_limit,
-            optimize=order,
-            semiring=semiring,
-            dtype=dtype_,
-        )
-
-    try:
-        plan = plan_with(path)
-    except MemoryLimitError as first:
-        if path == "auto":
-            raise
+    options = _resolve(network, optimize)
+    if options[-1][1] != "auto":
         # The order search is time-bounded and ranks orders by cost, not by
-        # how far slicing shrinks them: on a loaded machine it can return one
-        # that no slicing fits (Grids_15 at 256 MB, 1 run in 4). The core's
-        # own search falls back to frugal orders; keep the first error if
-        # that fails too.
+        # how far slicing shrinks them: on a loaded machine its best can be
+        # one that no slicing fits (Grids_15 at 256 MB, about 1 run in 4),
+        # and so can the core's own search. Its runners-up, then the core's
+        # search (with its frugal fallbacks), are tried next; the first
+        # error is kept if none fits.
+        options = [*options, (options[0][0], "auto")]
+    first: MemoryLimitError | None = None
+    for candidate, order in options:
+        args: list = []
+        for table, term in zip(candidate.tables, candidate.terms, strict=True):
+            args += [table.shape, list(term)]
         try:
-            plan = plan_with("auto")
-        except MemoryLimitError:
-            raise first from None
-    return _Prepared(network, plan, dtype_)
+            plan = einslice.plan(
+                *args,
+                [],
+                memory_limit=memory_limit,
+                optimize=order,
+                semiring=semiring,
+                dtype=dtype_,
+            )
+        except MemoryLimitError as error:
+            first = first or error
+            continue
+        return _Prepared(candidate, plan, dtype_)
+    assert first is not None
+    raise first
 
 
-def _resolve(network: Network, optimize: object) -> tuple[Network, object]:
-    """Merges tables and turns ``optimize`` into what the planner gets."""
+def _resolve(network: Network, optimize: object) -> list[tuple[Network, object]]:
+    """Merges tables and turns ``optimize`` into what the planner gets.
+
+    Returns:
+        (network, order) options, best first: for ``"auto"`` the order search's
+        best few, else one.
+    """
     if isinstance(optimize, list | tuple):
         raise EinsliceError(
             "optimize= cannot be an explicit path here: the network is simplified "
@@ -304,17 +307,16 @@ def _resolve(network: Network, optimize: object) -> tuple[Network, object]:
             "such as cotengra.HyperOptimizer(...)."
         )
     if optimize == "auto":
-        merged, path = choose_order(network)
-        return merged, (path or "auto")
+        return [(merged, path or "auto") for merged, path in choose_orders(network)]
     network = merge(network, cluster_groups(network))
     if isinstance(optimize, str | bool) or not callable(optimize):
-        return network, optimize
+        return [(network, optimize)]
     sizes = network.sizes()
     path = cast(  # a cotengra or opt_einsum path optimizer: search once
         "Sequence[Sequence[int]]",
         optimize([tuple(t) for t in network.terms], (), sizes),
     )
-    return network, [tuple(int(i) for i in step) for step in path]
+    return [(network, [tuple(int(i) for i in step) for step in path])]
 
 
 def _check_dtype(dtype: jax.typing.DTypeLike) -> np.dtype:

@@ -34,7 +34,7 @@ import numpy as np
 
 from ._model import FactorGraph
 
-__all__ = ["Network", "build_network", "choose_order"]
+__all__ = ["Network", "build_network", "choose_orders"]
 
 # At or below this many tables the core's "auto" (dynamic programming) is optimal.
 AUTO_CORE_MAX_TABLES = 12
@@ -48,6 +48,8 @@ _FLOPS_PER_S = 1e9
 _SECONDS_PER_TABLE = 0.1
 # Budget of the order search, in seconds (each family gets at least one try).
 _SEARCH_TIME_S = 2.0
+# Orders offered to the planner, best first, in case no slicing fits the best.
+ORDER_OPTIONS = 3
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -150,18 +152,21 @@ def merge(network: Network, groups: Sequence[Sequence[int]]) -> Network:
     return _with_cover(network.model, tables, terms, network.offset, host)
 
 
-def choose_order(network: Network) -> tuple[Network, list[tuple[int, ...]]]:
-    """Merges tables and finds a contraction path for ``optimize="auto"``.
+def choose_orders(network: Network) -> list[tuple[Network, list[tuple[int, ...]]]]:
+    """Merges tables and finds contraction paths for ``optimize="auto"``.
 
     Returns:
-        The merged network and an explicit path (opt_einsum format) for it, or the
-        network and an empty list when the core's own "auto" should choose.
+        Up to `ORDER_OPTIONS` (merged network, explicit path in opt_einsum
+        format) pairs, best first; or ``[(network, [])]`` when the core's own
+        "auto" should choose.
     """
     if len(network.tables) <= AUTO_CORE_MAX_TABLES:
-        return network, []
+        return [(network, [])]
     key = (network.terms, tuple(sorted(network.sizes().items())))
-    groups, path = _search(*key)
-    return merge(network, groups), [tuple(step) for step in path]
+    return [
+        (merge(network, groups), [tuple(step) for step in path])
+        for groups, path in _search(*key)[:ORDER_OPTIONS]
+    ]
 
 
 def cluster_groups(network: Network, max_entries: int = CLUSTER_MAX_ENTRIES):
@@ -176,8 +181,8 @@ def cluster_groups(network: Network, max_entries: int = CLUSTER_MAX_ENTRIES):
 @lru_cache(maxsize=32)
 def _search(
     terms: tuple[tuple[int, ...], ...], sizes_key: tuple[tuple[int, int], ...]
-) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
-    """The best (groups, path) found in about `_SEARCH_TIME_S`; cached."""
+) -> tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]], ...]:
+    """The (groups, path) found in about `_SEARCH_TIME_S`, best first; cached."""
     sizes = dict(sizes_key)
     rng = random.Random(0)
     deadline = time.perf_counter() + _SEARCH_TIME_S
@@ -208,11 +213,15 @@ def _search(
     optimizer = cotengra.HyperOptimizer(**settings)
     tree = cast(cotengra.ContractionTree, optimizer.search(merged, (), sizes))
     candidates.append((_estimate(tree, len(groups)), groups, tree.get_path()))
-    _, groups, path = min(candidates, key=lambda c: c[0])
-    return (
-        tuple(tuple(g) for g in groups),
-        tuple(tuple(int(i) for i in step) for step in path),
-    )
+    ranked = []
+    for _, groups, path in sorted(candidates, key=lambda c: c[0]):
+        option = (
+            tuple(tuple(g) for g in groups),
+            tuple(tuple(int(i) for i in step) for step in path),
+        )
+        if option not in ranked:
+            ranked.append(option)
+    return tuple(ranked)
 
 
 def _estimate(tree: cotengra.ContractionTree, n_tables: int) -> float:
