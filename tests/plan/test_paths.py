@@ -47,3 +47,12 @@ def test_log_chunks_amortize_the_per_chunk_exponentials():
     shapes = [(512, 512)] * 6
     log = einslice.plan(SEED, *shapes, memory_limit="64MB", semiring="log")
     assert dict(log.sliced)["k"] >= 4, str(log)
+
+
+def test_cost_model_constants_mirror_the_executors():
+    # The planner imports no JAX, so it keeps copies of two executor limits.
+    from einslice._exec import _scaled, _semiring
+    from einslice._plan import _cost
+
+    assert _cost.LOG_SCALED_MAX_STEPS == _scaled.MAX_STEPS
+    assert _cost.SMALL_CONTRACTION == _semiring.SMALL_CONTRACTION

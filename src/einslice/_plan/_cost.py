@@ -37,7 +37,6 @@ BYTE_COST_SHARED_CACHE = 5.0
 SHARED_CACHE_BYTES = 8 * 2**20
 CHUNK_OVERHEAD = 2.0e5
 PEAK_PREFERENCE = 0.06
-# Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
 # A "log" chunk in scaled form (_exec/_scaled.py, plans of at most
 # LOG_SCALED_MAX_STEPS steps) shifts and exponentiates every operand entry it
 # sees and takes logs of its block: measured on the seed formula at n=512 as
@@ -45,6 +44,7 @@ PEAK_PREFERENCE = 0.06
 # i.e. 0.2-0.66 ms per chunk for ~0.8M entries, ~250 units per entry.
 LOG_ENTRY_COST = 250.0
 LOG_SCALED_MAX_STEPS = 16  # mirrors _exec/_scaled.MAX_STEPS
+# Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
 SMALL_CONTRACTION = 16
 # The last-level cache (32 MB here): a peak beyond it streams from DRAM. At
 # 64 MB the seed formula at n=1024 took chunks of 4 (76 MB), measured 0.90-0.97x
