@@ -115,7 +115,7 @@ def main():
         "- work counted as 2 n^4 FLOPs; times are medians of "
         + ", ".join(f"{r} (n={n})" for n, r in rounds.items())
         + f" rounds after a warm-up run ({ROUNDS}, more for calls under 7 ms, "
-        "fewer where 30 would take a method over 45 s), methods alternating "
+        f"fewer where {ROUNDS} would take a method over 45 s), methods alternating "
         "within each round and each round starting one method later",
         "",
         seed_table(cells, METHODS, lambda n, m: matmul_at.get(n)),
