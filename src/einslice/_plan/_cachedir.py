@@ -1,0 +1,29 @@
+"""Where einslice keeps what it learns on disk: profiles, wisdom, trees.
+
+Pure Python (no JAX), so the planner may use it. One directory for all of it,
+chosen in this order: ``$EINSLICE_CACHE_DIR``; ``$XDG_CACHE_HOME/einslice``;
+``~/.cache/einslice``. It is created on first write, never at import.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """The directory for einslice's on-disk caches (not created here).
+
+    Example:
+        >>> import os
+        >>> os.environ["EINSLICE_CACHE_DIR"] = "/tmp/einslice-doc"
+        >>> str(cache_dir())
+        '/tmp/einslice-doc'
+        >>> del os.environ["EINSLICE_CACHE_DIR"]
+    """
+    explicit = os.environ.get("EINSLICE_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "einslice"
