@@ -18,12 +18,17 @@ from ._types import Step
 
 Path = tuple[tuple[int, ...], ...]
 
+# opt_einsum's strategy names, all of which jnp.einsum accepts ("eager" and
+# "opportunistic" are its names for greedy; "dynamic-programming" for "dp").
 _NAMED = (
     "auto",
     "auto-hq",
     "greedy",
+    "eager",
+    "opportunistic",
     "optimal",
     "dp",
+    "dynamic-programming",
     "branch-all",
     "branch-2",
     "branch-1",
