@@ -11,8 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from ._errors import EinsliceError
+from ._errors import EinsliceError, EinsliceNotImplementedError, EinsliceTypeError
 from ._exec import _semiring
 from ._exec._hoist import contract_hoisted
 from ._exec._jvp import contract
@@ -51,6 +52,7 @@ def einsum(
     mesh: jax.sharding.Mesh | None = None,
     mesh_axis: str | None = None,
     _dot_general=None,
+    out_sharding=None,
 ) -> jax.Array:
     """Evaluate an einsum like ``jnp.einsum``, within a memory limit.
 
@@ -75,6 +77,10 @@ def einsum(
         mesh: or split them along one axis of this ``jax.sharding.Mesh``
             (it may span hosts under ``jax.distributed``).
         mesh_axis: the mesh axis to use; default the mesh's first axis.
+        out_sharding: as in ``jnp.einsum``: a ``NamedSharding``, or a
+            ``PartitionSpec`` under ``jax.set_mesh``, over explicit mesh axes;
+            the result is given that sharding (the contraction itself runs
+            with those axes in auto mode, as jnp.einsum runs its paths).
 
     Returns:
         What ``jnp.einsum`` returns for the same arguments (for "sum").
@@ -92,17 +98,28 @@ def einsum(
         [5.0, 50.0]
     """
     if out is not None:
-        raise EinsliceError(
+        raise EinsliceNotImplementedError(
             "einsum's out= argument is not supported (JAX arrays are immutable); "
             "use the returned array."
         )
     del _dot_general  # jnp.einsum's private hook; einslice plans its own steps
     arrays, spec = _split(subscripts, operands)
-    target = _target(devices, mesh, mesh_axis)
-    p = _plan(
-        spec, arrays, memory_limit, optimize, semiring, preferred_element_type, target
-    )
-    return execute_plan(p, arrays, precision, preferred_element_type)
+
+    def run(*arrays):
+        target = _target(devices, mesh, mesh_axis)
+        p = _plan(
+            spec,
+            arrays,
+            memory_limit,
+            optimize,
+            semiring,
+            preferred_element_type,
+            target,
+        )
+        return execute_plan(p, arrays, precision, preferred_element_type)
+
+    sharding = _out_sharding(out_sharding)
+    return run(*arrays) if sharding is None else _placed_as(sharding, run)(*arrays)
 
 
 def log_einsum(subscripts, /, *operands, **kwargs) -> jax.Array:
@@ -194,14 +211,39 @@ def execute_plan(
 @partial(jax.jit, static_argnums=(0, 1), inline=True)
 def _run(p: Plan, config: Config, *operands) -> jax.Array:
     dtype = jnp.dtype(p.dtype)
+    weak = config.preferred_element_type is None and _weak_result(operands)
     arrays = []
     for x, drop in zip(operands, p.equation.squeezed, strict=True):
-        x = jnp.asarray(x).astype(dtype)
+        x = _weak_cast(x, dtype) if weak else jnp.asarray(x).astype(dtype)
         arrays.append(lax.squeeze(x, drop) if drop else x)
     with jax.named_scope(f"einslice[{p.equation.text()}]"):
         return contract_hoisted(
             p, place(p, arrays), lambda plan, ops: contract(plan, config, *ops)
         )
+
+
+def _weak_result(operands) -> bool:
+    """Whether jnp.einsum's result would be weakly typed (JAX's promotion says)."""
+    return jax.dtypes.result_type(*operands, return_weak_type_flag=True)[1]
+
+
+# A Python zero of each dtype kind: adding it converts a weakly typed operand
+# to that kind's default width and keeps it weak.
+_PYTHON_ZERO = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
+
+
+def _weak_cast(x, dtype: np.dtype) -> jax.Array:
+    """An operand in the weakly typed result type ``dtype``, itself weak.
+
+    jnp.einsum's result is weak when JAX's promotion of the operands says so
+    (all operands Python scalars, say, or ints with a Python float): it then
+    promotes as a Python scalar would. lax ops on weak operands keep that,
+    but ``astype`` drops it, so the cast is an addition of a Python zero.
+    """
+    x = jnp.asarray(x)
+    if x.dtype != dtype:  # a weak x, or a bool or int below a weak result type
+        x = x + _PYTHON_ZERO[dtype.kind]
+    return x if x.dtype == dtype else x.astype(dtype)
 
 
 def _target(devices, mesh, mesh_axis) -> Target | None:
@@ -261,6 +303,70 @@ def _target(devices, mesh, mesh_axis) -> Target | None:
     return int(devices), context, str(axis)
 
 
+def _out_sharding(out_sharding) -> NamedSharding | None:
+    """Check ``out_sharding`` as jnp.einsum does; None when there is nothing to do.
+
+    A PartitionSpec needs an active mesh (``jax.set_mesh``); the axes it names
+    must be explicit ones (``AxisType.Explicit``), since only those are part of
+    an array's type. The errors have the types jnp.einsum raises.
+    """
+    if out_sharding is None:
+        return None
+    if not isinstance(out_sharding, NamedSharding | PartitionSpec):
+        raise EinsliceTypeError(
+            f"out_sharding={out_sharding!r} is a {type(out_sharding).__name__}; "
+            "as with jnp.einsum pass a jax.sharding.NamedSharding, or a "
+            "PartitionSpec under jax.set_mesh(...)."
+        )
+    context = jax.sharding.get_abstract_mesh()
+    if isinstance(out_sharding, PartitionSpec):
+        if context.empty:
+            raise EinsliceError(
+                f"out_sharding={out_sharding!r} is a PartitionSpec but no mesh is "
+                "active; call einsum under jax.set_mesh(mesh), or pass "
+                "NamedSharding(mesh, spec)."
+            )
+        out_sharding = NamedSharding(context, out_sharding)
+    mesh = out_sharding.mesh
+    if mesh.empty:
+        return None
+    axis_types = dict(zip(mesh.axis_names, mesh.axis_types, strict=True))
+    for spec_entry in out_sharding.spec:
+        names = spec_entry if isinstance(spec_entry, tuple) else (spec_entry,)
+        for name in names:
+            if name is not None and axis_types[name] != AxisType.Explicit:
+                raise EinsliceError(
+                    f"out_sharding={out_sharding!r} names the mesh axis {name!r} "
+                    f"of type {axis_types[name]}; name only explicit axes "
+                    "(jax.make_mesh(..., axis_types=(AxisType.Explicit, ...))), "
+                    "or leave out_sharding None."
+                )
+    if not _explicit_axes(mesh):
+        return None  # no axis that is part of the result's type
+    return out_sharding
+
+
+def _placed_as(sharding: NamedSharding, fn):
+    """``fn``, its result given ``sharding``.
+
+    As jnp.einsum does for a path of several steps, ``fn`` (planning included,
+    so that it sees operands and mesh as they are there) runs with the mesh's
+    explicit axes in auto mode (``jax.sharding.auto_axes``): the layouts of
+    its steps are the compiler's choice; only the result's is fixed.
+    """
+    return jax.sharding.auto_axes(
+        fn, axes=_explicit_axes(sharding.mesh), out_sharding=sharding
+    )
+
+
+def _explicit_axes(mesh) -> tuple[str, ...]:
+    return tuple(
+        name
+        for name, kind in zip(mesh.axis_names, mesh.axis_types, strict=True)
+        if kind == AxisType.Explicit
+    )
+
+
 def _context_mesh():
     """The mesh of an active ``jax.set_mesh``, or None.
 
@@ -274,7 +380,9 @@ def _context_mesh():
         mesh = jax.sharding.get_mesh()
     except ValueError:  # inside jax.jit
         return abstract
-    return abstract if mesh.empty else mesh
+    # (inside jax.sharding.auto_axes, as for out_sharding=, the abstract mesh
+    # has other axis types than the concrete one: shard_map wants the former)
+    return abstract if mesh.empty or mesh.abstract_mesh != abstract else mesh
 
 
 def _plan(
@@ -348,17 +456,21 @@ def _split(subscripts, operands) -> tuple[list, Spec]:
 
 
 def _as_array(x, k: int):
+    """An operand as jnp.einsum takes it: an array or a scalar, nothing else."""
     if isinstance(x, jax.Array | np.ndarray) or hasattr(x, "__jax_array__"):
         return x
     if isinstance(x, int | float | complex | bool | np.generic):
         return jnp.asarray(x)
-    try:
-        return jnp.asarray(x)
-    except TypeError as error:
-        raise EinsliceError(
-            f"operand {k} is a {type(x).__name__}, not an array; pass arrays "
-            f"(or, interleaved, array, index list, ...). ({error})"
-        ) from None
+    raise EinsliceTypeError(
+        f"operand {k} is a {type(x).__name__} ({_short_repr(x)}), not an array "
+        "or scalar; as with jnp.einsum, convert it first (jnp.asarray(x)), or in "
+        "the interleaved form pass array, index list, array, index list, ..."
+    )
+
+
+def _short_repr(x) -> str:
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _as_struct(x, dtype, k: int):

@@ -7,6 +7,21 @@ class EinsliceError(ValueError):
     """Bad input to einslice: the message says what was wrong and how to fix it."""
 
 
+class EinsliceTypeError(EinsliceError, TypeError):
+    """An argument of a type that ``jnp.einsum`` rejects with a TypeError.
+
+    Both an EinsliceError and a TypeError, so that code written for either
+    einslice or ``jnp.einsum`` catches it.
+    """
+
+
+class EinsliceNotImplementedError(EinsliceError, NotImplementedError):
+    """An argument that ``jnp.einsum`` rejects with NotImplementedError (``out=``).
+
+    Both an EinsliceError and a NotImplementedError, like EinsliceTypeError.
+    """
+
+
 class MemoryLimitError(EinsliceError):
     """No plan fits ``memory_limit``.
 

@@ -69,8 +69,9 @@ def forward(
         block = chunk_body(plan, chunks, operands, starts, valid, config)
         return _semiring.combine(semiring, acc, block.astype(dtype))
 
-    if not chunks:
-        return chunk_body(plan, chunks, operands, {}, {}, config).astype(dtype)
+    if not chunks:  # (astype to the same dtype would drop a weak type)
+        out = chunk_body(plan, chunks, operands, {}, {}, config)
+        return out if out.dtype == dtype else out.astype(dtype)
     return sweep(plan, chunks, dtype, init, step, lambda acc, _: acc, part=part)
 
 

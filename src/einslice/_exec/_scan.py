@@ -53,6 +53,8 @@ def chunk_body(
                 shape[axis] = mask.shape[0]
                 x = jnp.where(mask.reshape(shape), x, _semiring.zero(semiring, x.dtype))
         private = [a for a, i in enumerate(labels) if i not in plan.prepared[k]]
+        if private and semiring == "sum":
+            x = _semiring.widened(x, config)
         nodes.append(_semiring.reduce(semiring, x, private))
     robust = partial(run_steps, plan, config)
     if semiring == "log" and _scaled.applies(plan, chunks):

@@ -38,6 +38,24 @@ class Config:
     preferred_element_type: object = None
 
 
+def widened(x: jax.Array, config: Config) -> jax.Array:
+    """``x`` in ``preferred_element_type`` when that type promotes ``x``.
+
+    jnp.einsum sums out an operand's own indices, and multiplies operands,
+    in the preferred type (e.g. bfloat16 operands summed in float32), not in
+    the operands' narrower type; so must the steps that are not dot_generals.
+
+    Example:
+        >>> x = jnp.ones(3, jnp.bfloat16)
+        >>> widened(x, Config(preferred_element_type=jnp.float32)).dtype
+        dtype('float32')
+    """
+    wanted = config.preferred_element_type
+    if wanted is None or jnp.promote_types(x.dtype, wanted) == x.dtype:
+        return x
+    return x.astype(wanted)
+
+
 def zero(semiring: str, dtype) -> jax.Array:
     """The semiring's additive identity: 0, or -inf in log and max."""
     return jnp.array(0 if semiring == "sum" else -jnp.inf, dtype)
@@ -52,13 +70,20 @@ def combine(semiring: str, acc: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.maximum(acc, x)
 
 
+def _is_weak(x: jax.Array) -> bool:
+    """Weakly typed: from Python scalars, promoted as they are."""
+    return jax.typeof(x).weak_type
+
+
 def reduce(semiring: str, x: jax.Array, axes: Sequence[int]) -> jax.Array:
     """Sum out ``axes`` in the semiring."""
     axes = tuple(axes)
     if not axes:
         return x
     if semiring == "sum":
-        return jnp.sum(x, axis=axes, dtype=x.dtype)
+        if _is_weak(x):  # lax keeps the weak type, which jnp.sum drops
+            return lax.reduce_sum(x, axes)
+        return jnp.sum(x, axis=axes, dtype=x.dtype)  # jnp.sum would widen ints
     if semiring == "log":
         return log_sum(x, axes)
     return max_first(x, axes)

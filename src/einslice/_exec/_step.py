@@ -22,13 +22,26 @@ def take_diagonals(x: jax.Array, term: Sequence[int]) -> tuple[jax.Array, list[i
         label = next(lab for lab in labels if labels.count(lab) > 1)
         first = labels.index(label)
         second = labels.index(label, first + 1)
-        x = jnp.diagonal(x, axis1=first, axis2=second)
+        x = _diagonal(x, first, second)
         labels = [lab for a, lab in enumerate(labels) if a not in (first, second)]
         labels.append(label)
     unique = list(dict.fromkeys(term))
     if labels != unique:
         x = jnp.transpose(x, [labels.index(lab) for lab in unique])
     return x, unique
+
+
+def _diagonal(x: jax.Array, axis1: int, axis2: int) -> jax.Array:
+    """``jnp.diagonal``, but a weakly typed ``x`` gives a weak result.
+
+    (jnp.diagonal drops the weak type; jnp.einsum's result keeps it when all
+    operands are weak, so for those the diagonal is gathered instead.)
+    """
+    if not jax.typeof(x).weak_type:
+        return jnp.diagonal(x, axis1=axis1, axis2=axis2)
+    x = jnp.moveaxis(x, (axis1, axis2), (-2, -1))
+    k = jnp.arange(x.shape[-1])
+    return x[..., k, k]
 
 
 def run_step(
@@ -42,9 +55,14 @@ def run_step(
 ) -> jax.Array:
     """Contract two nodes as one ``dot_general`` (or its semiring analogue)."""
     keep = set(step.result) | set(step.contracted)
-    left, left_term = _drop(semiring, left, left_term, keep)
-    right, right_term = _drop(semiring, right, right_term, keep)
+    left, left_term = _drop(semiring, left, left_term, keep, config)
+    right, right_term = _drop(semiring, right, right_term, keep, config)
     if not step.contracted:
+        if semiring == "sum":  # as dot_general would, in the preferred type
+            left, right = (
+                _semiring.widened(left, config),
+                _semiring.widened(right, config),
+            )
         return _semiring.elementwise(
             semiring,
             _broadcast(left, left_term, step.result),
@@ -72,12 +90,18 @@ def dimension_numbers(
 
 
 def _drop(
-    semiring: str, x: jax.Array, term: tuple[int, ...], keep: set[int]
+    semiring: str,
+    x: jax.Array,
+    term: tuple[int, ...],
+    keep: set[int],
+    config: Config,
 ) -> tuple[jax.Array, tuple[int, ...]]:
     """Sum out indices that neither the result nor the contraction needs."""
     axes = [a for a, i in enumerate(term) if i not in keep]
     if not axes:
         return x, term
+    if semiring == "sum":
+        x = _semiring.widened(x, config)
     return _semiring.reduce(semiring, x, axes), tuple(i for i in term if i in keep)
 
 
