@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache, partial
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -346,7 +347,9 @@ def _out_sharding(out_sharding) -> NamedSharding | None:
     return out_sharding
 
 
-def _placed_as(sharding: NamedSharding, fn):
+def _placed_as(
+    sharding: NamedSharding, fn: Callable[..., jax.Array]
+) -> Callable[..., jax.Array]:
     """``fn``, its result given ``sharding``.
 
     As jnp.einsum does for a path of several steps, ``fn`` (planning included,
@@ -354,9 +357,10 @@ def _placed_as(sharding: NamedSharding, fn):
     explicit axes in auto mode (``jax.sharding.auto_axes``): the layouts of
     its steps are the compiler's choice; only the result's is fixed.
     """
-    return jax.sharding.auto_axes(
+    placed = jax.sharding.auto_axes(
         fn, axes=_explicit_axes(sharding.mesh), out_sharding=sharding
     )
+    return cast("Callable[..., jax.Array]", placed)
 
 
 def _explicit_axes(mesh) -> tuple[str, ...]:

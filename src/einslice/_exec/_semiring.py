@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
 from math import prod
+from typing import cast
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import DTypeLike
 
 # A log-space step contracting at most this many entries sums the materialized
 # union exactly (no matrix unit, no underflow repair): cheaper to compile and
@@ -50,10 +52,10 @@ def widened(x: jax.Array, config: Config) -> jax.Array:
         >>> widened(x, Config(preferred_element_type=jnp.float32)).dtype
         dtype('float32')
     """
-    wanted = config.preferred_element_type
-    if wanted is None or jnp.promote_types(x.dtype, wanted) == x.dtype:
+    if config.preferred_element_type is None:
         return x
-    return x.astype(wanted)
+    wanted = cast("DTypeLike", config.preferred_element_type)
+    return x if jnp.promote_types(x.dtype, wanted) == x.dtype else x.astype(wanted)
 
 
 def zero(semiring: str, dtype) -> jax.Array:
