@@ -19,15 +19,15 @@ reconfiguration, choosing which index to slice) keep cotengra's flops + write
 "combo" cost, which is what einslice's traffic-aware model mostly sees and is
 cheap per node.
 
-Stopping rule (what a user can state): *stop when the search has cost more than
-the best tree's estimated run time, counting each trial as
-``TRIAL_COST_PER_TENSOR`` per tensor; else after ``patience`` trials in a row
-that did not improve the best estimated time; else after ``trials`` trials;
-and never later than ``search_seconds`` of wall time*. The first three count
-trials, not seconds, so a given seed gives the same tree on any machine, loaded
-or not; the wall-time cap is a safety net only (a search it cuts short is not
-reproducible, so it is not stored on disk). The trial cost is a model of the
-measured ~1 ms per tensor per trial on one CPU core, in the cost model's units.
+Stopping rule (what a user can state): *stop as soon as the best tree's
+estimated run time is below one trial's cost, counting each trial as
+``TRIAL_COST_PER_TENSOR`` per tensor; after ``MIN_TRIALS`` trials, stop when the
+search has cost more than the best tree's estimated run time, or after
+``patience`` trials in a row that did not improve it; stop after ``trials``
+trials in any case, and never later than ``search_seconds`` of wall time*.
+All but the last count trials, not seconds, so a given seed gives the same tree
+on any machine, loaded or not; the wall-time cap is a safety net only (a
+search it cuts short is not reproducible, so it is not stored on disk).
 
 Found trees are cached in memory and as JSON files under
 ``cache_dir() / "trees"`` (a corrupt file is ignored with a warning).
@@ -59,11 +59,14 @@ _VERSION = 1
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
 _TARGET_FRACTION = 1 / 8
-# What one trial costs, in the cost model's units (about one FLOP each, ~1e10
-# per second on a CPU core), per tensor: ~1 ms per tensor measured (kahypar or
-# greedy, subtree reconfiguration, slicing) on random regular graphs, 30-300
-# tensors.
-TRIAL_COST_PER_TENSOR = 1e7
+# What one trial costs, in the cost model's units (about one FLOP each, taken
+# as 1e10 per second), per tensor: measured 0.6 ms per tensor per trial on the
+# suite's 36-tensor random network, 5.5 ms on CSP_11's 390 tables (kahypar,
+# greedy or elimination, then subtree reconfiguration and slicing).
+TRIAL_COST_PER_TENSOR = 5e7
+# Fewer trials than this leave kahypar's and greedy's luck to decide: on the
+# suite's random network, 3 trials gave trees estimated 5x slower than 8 did.
+MIN_TRIALS = 8
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
 
@@ -286,7 +289,8 @@ def _search(
             # Slice 16x per round (not cotengra's 2x) and reconfigure lightly:
             # the reconfiguration after each round dominates the trial's time.
             "step_size": 16,
-            "reconf_opts": {"subtree_size": 4, "maxiter": reconf_iterations // 2},
+            "max_repeats": 4,  # slice-finder attempts per round (cotengra: 16)
+            "reconf_opts": {"subtree_size": 4, "maxiter": reconf_iterations // 4},
         },
         on_trial_error="raise",
         progbar=False,
@@ -304,9 +308,12 @@ def _search(
         for done in range(1, trials + 1):
             optimizer.search(inputs, tuple(output), size_dict)
             best_time = optimizer.best.get("einslice_time", math.inf)
-            if best_time < done * len(terms) * TRIAL_COST_PER_TENSOR:
-                break
-            if optimizer.trials_since_best >= patience:
+            trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
+            if best_time < trial_cost:
+                break  # the tree runs faster than one more trial: done
+            if done >= MIN_TRIALS and (
+                best_time < done * trial_cost or optimizer.trials_since_best >= patience
+            ):
                 break
             if time.perf_counter() > deadline:
                 complete = False
