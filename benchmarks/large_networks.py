@@ -179,8 +179,11 @@ def cotengra_rows(kind, network, limit: int) -> tuple[dict, dict, object]:
         parallel=False,
         progbar=False,
     )
+    symbol = cotengra.get_symbol  # kahypar's hypergraph wants str labels
+    inputs = [tuple(symbol(x) for x in term) for term in terms]
+    size_dict = {symbol(x): d for x, d in size_dict.items()}
     t = time.perf_counter()
-    tree = optimizer.search([tuple(x) for x in terms], tuple(output), size_dict)
+    tree = optimizer.search(inputs, tuple(symbol(x) for x in output), size_dict)
     search_s = time.perf_counter() - t
     common = {
         "search_s": search_s,
@@ -231,9 +234,9 @@ def mb(x):
 
 
 def report(rows, limit_text: str) -> str:
-    import jax
 
     from _common import environment_lines
+    from einslice.bench import _measure
 
     lines = [
         "# Large networks: einslice vs cotengra (numpy, jax), same memory limit",
@@ -241,7 +244,7 @@ def report(rows, limit_text: str) -> str:
         f"`python benchmarks/large_networks.py --memory-limit {limit_text}`",
         "",
         *environment_lines(
-            jax.devices()[0],
+            _measure.detect_device(),
             ("- the 2 cores were shared with other engineers' jobs (loaded)",),
         ),
         "",
