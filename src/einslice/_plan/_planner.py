@@ -10,6 +10,7 @@ from .._errors import MemoryLimitError
 from ._cost import Body, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
 from ._order import find_path, to_steps, two_group_paths
+from ._search import search_tree
 from ._slice import Slicing, choose_slicing, spread_chunks
 from ._types import SEMIRINGS, Cost, Equation, Plan
 
@@ -109,14 +110,29 @@ def make_plan(
             bodies[_key(chunks)] = best_body
             return best
 
+        candidates = list(dict.fromkeys([*searched, *_candidates(base_body, sizes)]))
         found = choose_slicing(
-            cost_fwd, sizes, _candidates(base_body, sizes), memory_limit
+            cost_fwd,
+            sizes,
+            candidates,
+            memory_limit,
+            start=dict.fromkeys(searched if base_path == tree_path else (), 1),
         )
         if _key(found.chunks) not in bodies:
             cost_fwd(found.chunks)
         return found
 
-    forward = search(find_path(prepared, output, dict(enumerate(sizes)), optimize))
+    # Large networks under "auto": cotengra's hyper-search, slicing inside it
+    # (_search.py); the indices it sliced seed einslice's chunk sizing.
+    searched: tuple[int, ...] = ()
+    if optimize in ("auto", True) and len(prepared) > _REPLAN_MAX_OPERANDS:
+        tree = search_tree(
+            prepared, output, sizes, itemsize, memory_limit, semiring=semiring
+        )
+        tree_path, searched = tree.path, tree.sliced
+    else:
+        tree_path = find_path(prepared, output, dict(enumerate(sizes)), optimize)
+    forward = search(tree_path)
     if not forward.fits and isinstance(optimize, str | bool):
         # A FLOPs-optimal order can keep many intermediates alive that no
         # slicing shrinks; orders that keep few alive may fit where it cannot.

@@ -64,6 +64,7 @@ def choose_slicing(
     candidates: Sequence[int],
     limit: int,
     explore_when_fits: bool = True,
+    start: dict[int, int] | None = None,
 ) -> Slicing:
     """Find the fastest chunking that fits ``limit``, or the most frugal one.
 
@@ -74,6 +75,8 @@ def choose_slicing(
         limit: peak temporary bytes allowed.
         explore_when_fits: also try slicing when the unsliced plan fits (a
             sliced path can be faster, e.g. by keeping intermediates small).
+        start: a slicing to descend from instead of none (the unsliced plan
+            is still considered), e.g. the indices a tree search sliced.
 
     Returns:
         The chosen Slicing; ``fits`` is False when even the most frugal plan
@@ -95,8 +98,10 @@ def choose_slicing(
             best = (dict(chunks), cost)
         return cost
 
-    state: dict[int, int] = {}
-    consider(state)
+    consider({})
+    state = dict(start or {})
+    if state:
+        consider(state)
     candidates = [i for i in candidates if sizes[i] > 1]
     found_at = 0 if best is not None else None
     level = 0

@@ -21,9 +21,12 @@ import numpy as np
 
 import einslice
 
-from .._errors import EinsliceError, MemoryLimitError
+from .._api import default_memory_limit
+from .._errors import EinsliceError
+from .._plan._memory import parse_memory_limit
+from .._plan._search import Found, search_tree
 from ._model import Evidence, FactorGraph
-from ._network import Network, build_network, choose_orders, cluster_groups, merge
+from ._network import Network, build_network, cluster_groups, merge, tree_groups
 
 __all__ = [
     "MapResult",
@@ -103,7 +106,8 @@ def log_partition(
         evidence: maps variable names (positions, for UAI files) to observed states.
         memory_limit: bytes or a string like ``"256MB"`` bounding the temporary
             memory of the contraction; None takes einslice's device default.
-        optimize: ``"auto"`` (a short cotengra search for large networks), any
+        optimize: ``"auto"`` (the planner's seeded cotengra search, with slicing,
+            for large networks), any
             ``einslice.einsum`` strategy name, an explicit path, or a path
             optimizer object such as ``cotengra.HyperOptimizer(...)``.
         dtype: the dtype of the contraction (float32 or float64; float64 needs
@@ -261,43 +265,36 @@ def _prepare(
     network = build_network(model.condition(evidence))
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
-    options = _resolve(network, optimize)
-    if options[-1][1] != "auto":
-        # The order search is time-bounded and ranks orders by cost, not by
-        # how far slicing shrinks them: on a loaded machine its best can be
-        # one that no slicing fits (Grids_15 at 256 MB, about 1 run in 4),
-        # and so can the core's own search. Its runners-up, then the core's
-        # search (with its frugal fallbacks), are tried next; the first
-        # error is kept if none fits.
-        options = [*options, (options[0][0], "auto")]
-    first: MemoryLimitError | None = None
-    for candidate, order in options:
-        args: list = []
-        for table, term in zip(candidate.tables, candidate.terms, strict=True):
-            args += [table.shape, list(term)]
-        try:
-            plan = einslice.plan(
-                *args,
-                [],
-                memory_limit=memory_limit,
-                optimize=order,
-                semiring=semiring,
-                dtype=dtype_,
-            )
-        except MemoryLimitError as error:
-            first = first or error
-            continue
-        return _Prepared(candidate, plan, dtype_)
-    assert first is not None
-    raise first
+    network, order = _resolve(network, optimize, semiring, memory_limit, dtype_)
+    args: list = []
+    for table, term in zip(network.tables, network.terms, strict=True):
+        args += [table.shape, list(term)]
+    plan = einslice.plan(
+        *args,
+        [],
+        memory_limit=memory_limit,
+        optimize=order,
+        semiring=semiring,
+        dtype=dtype_,
+    )
+    return _Prepared(network, plan, dtype_)
 
 
-def _resolve(network: Network, optimize: object) -> list[tuple[Network, object]]:
+def _resolve(
+    network: Network,
+    optimize: object,
+    semiring: str,
+    memory_limit: int | str | None,
+    dtype: np.dtype,
+) -> tuple[Network, object]:
     """Merges tables and turns ``optimize`` into what the planner gets.
 
-    Returns:
-        (network, order) options, best first: for ``"auto"`` the order search's
-        best few, else one.
+    For ``"auto"`` on more than `AUTO_CORE_MAX_TABLES` tables, the core's tree
+    search (the one ``einsum`` uses, slicing inside it, under the same limit)
+    runs on the tables as they are; tables its tree multiplies before summing
+    anything are then added together (fewer steps to compile), and the planner
+    gets the tree as an explicit path. A path optimizer object is called once,
+    on the network with tiny neighbouring tables merged.
     """
     if isinstance(optimize, list | tuple):
         raise EinsliceError(
@@ -306,17 +303,63 @@ def _resolve(network: Network, optimize: object) -> list[tuple[Network, object]]
             "factors. Pass a strategy name such as 'greedy', or a path optimizer "
             "such as cotengra.HyperOptimizer(...)."
         )
+    if optimize == "auto" and len(network.tables) > AUTO_CORE_MAX_TABLES:
+        limit = (
+            default_memory_limit()
+            if memory_limit is None
+            else parse_memory_limit(memory_limit)
+        )
+        options = []
+        for entries in CLUSTER_OPTIONS:
+            variant = merge(network, cluster_groups(network, entries))
+            if any(len(v.tables) == len(variant.tables) for _, v, _ in options):
+                continue
+            found = _search(variant, semiring, limit, dtype.itemsize)
+            groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
+            merged = merge(variant, groups)
+            seconds = found.time / UNITS_PER_SECOND
+            options.append((seconds + COMPILE_SECONDS * len(groups), merged, path))
+        _, merged, path = min(options, key=lambda o: o[0])
+        return merged, path
     if optimize == "auto":
-        return [(merged, path or "auto") for merged, path in choose_orders(network)]
+        return network, optimize
     network = merge(network, cluster_groups(network))
     if isinstance(optimize, str | bool) or not callable(optimize):
-        return [(network, optimize)]
+        return network, optimize
     sizes = network.sizes()
     path = cast(  # a cotengra or opt_einsum path optimizer: search once
         "Sequence[Sequence[int]]",
         optimize([tuple(t) for t in network.terms], (), sizes),
     )
-    return [(network, [tuple(int(i) for i in step) for step in path])]
+    return network, [tuple(int(i) for i in step) for step in path]
+
+
+# At or below this many tables the core's "auto" (dynamic programming) is optimal.
+AUTO_CORE_MAX_TABLES = 12
+# Before the search, neighbouring tables are merged while their union has at
+# most this many entries (0: none). Fewer tables compile faster, but a merge can
+# cost the tree dearly (CSP_11: 10^8.3 FLOPs unmerged, 10^10.1 at 64 entries):
+# each variant is searched and the best estimate of run + compile time wins.
+CLUSTER_OPTIONS = (0, 16, 64)
+# The cost model's units per second (about FLOPs on a CPU), and what one table
+# adds to the compile time of a "log" plan (Segmentation_11: 510 tables, ~19 s).
+UNITS_PER_SECOND = 1e10
+COMPILE_SECONDS = 0.04
+
+
+def _search(network: Network, semiring: str, limit: int, itemsize: int) -> Found:
+    """The core's tree search on a network's tables (variables relabelled 0..)."""
+    variables = sorted({v for term in network.terms for v in term})
+    label = {v: i for i, v in enumerate(variables)}
+    sizes = network.sizes()
+    return search_tree(
+        [tuple(label[v] for v in term) for term in network.terms],
+        (),
+        [sizes[v] for v in variables],
+        itemsize,
+        limit,
+        semiring=semiring,
+    )
 
 
 def _check_dtype(dtype: jax.typing.DTypeLike) -> np.dtype:

@@ -1,55 +1,41 @@
-"""The einsum behind a model: simplified log-tables, their terms, and an order.
+"""The einsum behind a model: simplified log-tables and their terms.
 
-Design constraints: numpy + cotengra only, no JAX (this is planning, not running).
-Every simplification is exact and done in float64:
+Design constraints: numpy only, no JAX (this is planning, not running). Every
+simplification is exact and done in float64:
 
 - a factor whose scope lies inside another's is added into it (unary factors
   vanish into pairwise ones); an empty-scope factor becomes a constant;
 - each table is shifted by its maximum (added back to the constant), so the
   contraction runs near zero and float32 keeps log Z ~ 10³ accurate;
-- tables the chosen order multiplies together anyway, before summing anything,
-  are added together here (`merge`), because each table is one step of the
-  contraction and the core's per-step cost (compilation above all) dwarfs the
-  arithmetic on tables this small.
+- tables the contraction tree multiplies together before summing anything are
+  added together here (`tree_groups`, `merge`), because each table is one step
+  of the contraction and the core's per-step cost (compilation above all)
+  dwarfs the arithmetic on tables this small.
 
-The order: for many tables, variable elimination orders (min-fill and min-weight,
-random tie-breaks) and a short cotengra greedy hyper-search compete on an estimate
-of the time they take; the winner is cached per network structure, so calling
-log Z, marginals and MAP on one model searches once and reuses one compiled plan.
+The tree itself is not searched here: it is the core's search
+(``einslice/_plan/_search.py``: cotengra's hyper-optimizer with slicing inside
+the search), seeded, so a model gets the same order on any machine, and cached,
+so log Z, marginals and MAP on one model search once.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import random
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import cast
 
-import cotengra
 import numpy as np
 
 from ._model import FactorGraph
 
-__all__ = ["Network", "build_network", "choose_orders"]
+__all__ = ["Network", "build_network", "cluster_groups", "merge", "tree_groups"]
 
-# At or below this many tables the core's "auto" (dynamic programming) is optimal.
-AUTO_CORE_MAX_TABLES = 12
-# Tables merged (before any sum) while their union has at most this many entries.
+# Tables a tree multiplies before any sum are merged up to this many entries.
 MERGE_MAX_ENTRIES = 1024
-# Neighbours merged regardless of the order while the union has at most this many.
+# Neighbours merged regardless of the order while the union has at most this
+# many (for a caller's own path optimizer, whose tree is not known beforehand).
 CLUSTER_MAX_ENTRIES = 64
-# Time estimate used to rank orders: FLOPs at this rate plus this much per table
-# (a step of the core's "log" program costs ~0.1 s to compile on a CPU).
-_FLOPS_PER_S = 1e9
-_SECONDS_PER_TABLE = 0.1
-# Budget of the order search, in seconds (each family gets at least one try).
-_SEARCH_TIME_S = 2.0
-# Orders offered to the planner, best first, in case no slicing fits the best.
-ORDER_OPTIONS = 3
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -152,155 +138,82 @@ def merge(network: Network, groups: Sequence[Sequence[int]]) -> Network:
     return _with_cover(network.model, tables, terms, network.offset, host)
 
 
-def choose_orders(network: Network) -> list[tuple[Network, list[tuple[int, ...]]]]:
-    """Merges tables and finds contraction paths for ``optimize="auto"``.
+def tree_groups(
+    terms: Sequence[tuple[int, ...]],
+    sizes: dict[int, int],
+    path: Sequence[tuple[int, ...]],
+    max_entries: int = MERGE_MAX_ENTRIES,
+) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """Groups of tables a path multiplies before summing anything, and the rest.
+
+    A step whose operands are products of tables only, which sums no variable
+    and whose result has at most ``max_entries`` entries, can be done once in
+    numpy (log-tables are added): the groups are the largest such products.
+
+    Args:
+        terms: each table's variables.
+        sizes: each variable's cardinality.
+        path: a pairwise path over the tables (opt_einsum format).
+        max_entries: the largest merged table.
 
     Returns:
-        Up to `ORDER_OPTIONS` (merged network, explicit path in opt_einsum
-        format) pairs, best first; or ``[(network, [])]`` when the core's own
-        "auto" should choose.
+        (groups, path): a partition of the tables (the ``merge`` argument) and
+        the same path over the merged tables, its merged-away steps dropped.
+
+    Example:
+        >>> terms = [(0, 1), (0, 2), (0, 3), (1, 2, 3)]  # 0 is in three tables
+        >>> tree_groups(terms, dict.fromkeys(range(4), 2), [(0, 1), (0, 2), (0, 1)])
+        ([[2], [3], [0, 1]], [(0, 2), (0, 1)])
     """
-    if len(network.tables) <= AUTO_CORE_MAX_TABLES:
-        return [(network, [])]
-    key = (network.terms, tuple(sorted(network.sizes().items())))
-    return [
-        (merge(network, groups), [tuple(step) for step in path])
-        for groups, path in _search(*key)[:ORDER_OPTIONS]
-    ]
+    n = len(terms)
+    alive = list(range(n))
+    labels: dict[int, set[int]] = {k: set(t) for k, t in enumerate(terms)}
+    groups_of: dict[int, list[int]] = {k: [k] for k in range(n)}  # maximal so far
+    products: set[int] = set()  # nodes made by a merged-away step
+    holders: dict[int, int] = {}  # variable -> how many alive nodes hold it
+    for term in terms:
+        for v in term:
+            holders[v] = holders.get(v, 0) + 1
+    steps: list[tuple[int, int, int]] = []
+    for entry in path:
+        a, b = (alive[p] for p in entry)
+        node = n + len(steps)
+        union = labels[a] | labels[b]
+        for v in labels[a] & labels[b]:
+            holders[v] -= 1
+        summed = {v for v in union if holders[v] == 1}  # the output is empty
+        labels[node] = union - summed
+        if (
+            a in groups_of
+            and b in groups_of
+            and not summed
+            and math.prod(sizes[v] for v in union) <= max_entries
+        ):
+            groups_of[node] = groups_of.pop(a) + groups_of.pop(b)
+            products.add(node)
+        steps.append((a, b, node))
+        alive = [k for k in alive if k not in (a, b)] + [node]
+    ids = {node: g for g, node in enumerate(sorted(groups_of))}
+    groups = [sorted(groups_of[node]) for node in sorted(groups_of)]
+    current = list(range(len(groups)))
+    merged_path: list[tuple[int, int]] = []
+    for a, b, node in steps:
+        if node in products:
+            continue  # done by merging the tables
+        i, j = current.index(ids[a]), current.index(ids[b])
+        merged_path.append((min(i, j), max(i, j)))
+        ids[node] = len(groups) + len(merged_path) - 1
+        current = [c for c in current if c not in (ids[a], ids[b])] + [ids[node]]
+    return groups, merged_path
 
 
 def cluster_groups(network: Network, max_entries: int = CLUSTER_MAX_ENTRIES):
     """Groups neighbouring tables greedily while each union stays small.
 
-    Used when the caller brings its own optimizer: the order is unknown, so only
-    merges cheap under any order are made.
+    The order is the planner's, unknown here, so only merges cheap under any
+    order are made.
     """
     return _cluster(network.terms, network.sizes(), max_entries)
-
-
-@lru_cache(maxsize=32)
-def _search(
-    terms: tuple[tuple[int, ...], ...], sizes_key: tuple[tuple[int, int], ...]
-) -> tuple[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]], ...]:
-    """The (groups, path) found in about `_SEARCH_TIME_S`, best first; cached."""
-    sizes = dict(sizes_key)
-    rng = random.Random(0)
-    deadline = time.perf_counter() + _SEARCH_TIME_S
-    candidates = []
-    # Variable elimination orders, merging tables the order multiplies anyway.
-    for k in range(64):
-        criterion = ("fill", "weight")[k % 2]
-        if k >= 2 and time.perf_counter() > deadline:
-            break
-        order = _elimination_order(terms, sizes, rng, criterion)
-        groups = _bucket_groups(terms, sizes, order, MERGE_MAX_ENTRIES)
-        merged = [_union(terms, g) for g in groups]
-        options: dict = {"edge_path": order, "autocomplete": True}
-        tree = cotengra.ContractionTree.from_path(merged, (), sizes, **options)
-        candidates.append((_estimate(tree, len(groups)), groups, tree.get_path()))
-    # A cotengra greedy hyper-search on tables clustered regardless of the order.
-    groups = _cluster(terms, sizes, CLUSTER_MAX_ENTRIES)
-    merged = [_union(terms, g) for g in groups]
-    settings: dict = {
-        "methods": ["greedy"],  # kahypar is not a dependency; greedy is the best
-        "max_repeats": 32,  # of the rest on these networks
-        "max_time": _SEARCH_TIME_S,
-        "reconf_opts": {"subtree_size": 4},  # larger subtrees are slow in Python
-        "optlib": "random",  # no optuna dependency
-        "parallel": False,
-        "progbar": False,
-    }
-    optimizer = cotengra.HyperOptimizer(**settings)
-    tree = cast(cotengra.ContractionTree, optimizer.search(merged, (), sizes))
-    candidates.append((_estimate(tree, len(groups)), groups, tree.get_path()))
-    ranked = []
-    for _, groups, path in sorted(candidates, key=lambda c: c[0]):
-        option = (
-            tuple(tuple(g) for g in groups),
-            tuple(tuple(int(i) for i in step) for step in path),
-        )
-        if option not in ranked:
-            ranked.append(option)
-    return tuple(ranked)
-
-
-def _estimate(tree: cotengra.ContractionTree, n_tables: int) -> float:
-    return float(tree.contraction_cost()) / _FLOPS_PER_S + n_tables * _SECONDS_PER_TABLE
-
-
-def _elimination_order(
-    terms: Sequence[tuple[int, ...]],
-    sizes: dict[int, int],
-    rng: random.Random,
-    criterion: str,
-) -> list[int]:
-    """A greedy elimination order (min-fill or min-weight), ties broken at random."""
-    adjacent: dict[int, set[int]] = {}
-    for term in terms:
-        for v in term:
-            adjacent.setdefault(v, set()).update(u for u in term if u != v)
-
-    def score(v: int) -> float:
-        near = adjacent[v]
-        if criterion == "weight":
-            return math.prod(sizes[u] for u in near)
-        listed = list(near)
-        return sum(
-            1
-            for i, a in enumerate(listed)
-            for b in listed[i + 1 :]
-            if b not in adjacent[a]
-        )
-
-    scores = {v: score(v) for v in adjacent}
-    order = []
-    while scores:
-        best = min(scores.values())
-        v = rng.choice([u for u, s in scores.items() if s == best])
-        near = adjacent.pop(v)
-        del scores[v]
-        for u in near:
-            adjacent[u].discard(v)
-            adjacent[u].update(w for w in near if w != u)
-        touched = set(near)
-        for u in near:
-            touched |= adjacent[u]
-        for u in touched:  # only these scores can have changed
-            scores[u] = score(u)
-        order.append(v)
-    return order
-
-
-def _bucket_groups(
-    terms: Sequence[tuple[int, ...]],
-    sizes: dict[int, int],
-    order: Sequence[int],
-    max_entries: int,
-) -> list[list[int]]:
-    """Groups tables by the first variable the order eliminates from them.
-
-    Elimination multiplies everything in a bucket before summing its variable, so
-    adding a bucket's tables beforehand changes no cost beyond the bucket's own.
-    """
-    position = {v: i for i, v in enumerate(order)}
-    buckets: dict[int, list[int]] = {}
-    for k, term in enumerate(terms):
-        buckets.setdefault(min(term, key=position.__getitem__), []).append(k)
-    groups: list[list[int]] = []
-    for members in buckets.values():
-        members = sorted(members, key=lambda k: -math.prod(sizes[v] for v in terms[k]))
-        open_: list[tuple[set[int], list[int]]] = []
-        for k in members:
-            for variables, group in open_:
-                union = variables | set(terms[k])
-                if math.prod(sizes[v] for v in union) <= max_entries:
-                    variables |= union
-                    group.append(k)
-                    break
-            else:
-                open_.append((set(terms[k]), [k]))
-        groups += [group for _, group in open_]
-    return groups
 
 
 def _cluster(
@@ -342,13 +255,6 @@ def _cluster(
         del scope[a], scope[b]
         push(k)
     return list(members.values())
-
-
-def _union(terms: Sequence[tuple[int, ...]], group: Sequence[int]) -> tuple[int, ...]:
-    out: tuple[int, ...] = ()
-    for k in group:
-        out += tuple(v for v in terms[k] if v not in out)
-    return out
 
 
 def _with_cover(model, tables, terms, offset, host) -> Network:

@@ -1,0 +1,333 @@
+"""Contraction-tree search for large networks, with slicing inside the search.
+
+One path finder for every network too large for opt_einsum's exact dynamic
+programming (``einsum`` with ``optimize="auto"`` and ``einslice.pgm``): a
+cotengra ``HyperOptimizer`` over kahypar partitions and greedy orders, its
+hyper-parameters tuned by optuna, each trial tree improved by subtree
+reconfiguration and then sliced and re-configured (``slicing_reconf_opts``)
+until its largest intermediate fits a target derived from the memory limit.
+einslice's own chunk sizing (``_slice.py``) then starts from the indices
+cotengra sliced.
+
+The objective is einslice's estimated time under the limit (``_cost.py``), not
+FLOPs: each trial tree is turned into einslice's pairwise steps and costed with
+its sliced indices at chunk 1, and a tree whose predicted peak is over the limit
+is penalised by how far it is over. Why this and not ranking the trials
+afterwards: cotengra's hyper-optimizer keeps only its best tree, so the score it
+optimizes must already be einslice's; the local moves inside a trial (subtree
+reconfiguration, choosing which index to slice) keep cotengra's flops + write
+"combo" cost, which is what einslice's traffic-aware model mostly sees and is
+cheap per node.
+
+Stopping rule (what a user can state): *stop as soon as the best tree's
+estimated run time is below one trial's cost, counting each trial as
+``TRIAL_COST_PER_TENSOR`` per tensor; after ``MIN_TRIALS`` trials, stop when the
+search has cost more than the best tree's estimated run time, or after
+``patience`` trials in a row that did not improve it; stop after ``trials``
+trials in any case, and never later than ``search_seconds`` of wall time*.
+All but the last count trials, not seconds, so a given seed gives the same tree
+on any machine, loaded or not; the wall-time cap is a safety net only (a
+search it cuts short is not reproducible, so it is not stored on disk).
+
+Found trees are cached in memory and as JSON files under
+``cache_dir() / "trees"`` (a corrupt file is ignored with a warning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from . import _elimination as elimination
+from ._cachedir import cache_dir
+from ._cost import Body, chunked_sizes, evaluate, ranking
+from ._order import to_steps
+from ._types import Cost
+
+Path = tuple[tuple[int, ...], ...]
+
+# Bump when the search changes what it returns, so old disk entries are ignored.
+_VERSION = 1
+# cotengra's "size" is its largest intermediate; einslice's peak also counts
+# the operands of a step, its result and a possible transpose copy alive at
+# once: slice to this fraction of the limit's entries, chunk sizing grows back.
+_TARGET_FRACTION = 1 / 8
+# What one trial costs, in the cost model's units (about one FLOP each, taken
+# as 1e10 per second), per tensor: measured 0.6 ms per tensor per trial on the
+# suite's 36-tensor random network, 5.5 ms on CSP_11's 390 tables (kahypar,
+# greedy or elimination, then subtree reconfiguration and slicing).
+TRIAL_COST_PER_TENSOR = 5e7
+# Fewer trials than this leave kahypar's and greedy's luck to decide: on the
+# suite's random network, 3 trials gave trees estimated 5x slower than 8 did.
+MIN_TRIALS = 8
+# A tree over the limit scores its time times this per doubling of excess.
+_OVER_LIMIT_PENALTY = 16.0
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A searched contraction tree.
+
+    Attributes:
+        path: the pairwise path, opt_einsum format.
+        sliced: the indices cotengra sliced (best first for einslice's chunking).
+        flops: the tree's FLOPs summed over its slices (cotengra's count).
+        time: einslice's estimated time with ``sliced`` at chunk 1.
+        trials: how many trials the search ran.
+    """
+
+    path: Path
+    sliced: tuple[int, ...]
+    flops: float
+    time: float
+    trials: int
+
+
+def default_trials(n_operands: int) -> int:
+    """The trial budget: a few for small networks, more for large ones.
+
+    Example:
+        >>> default_trials(30), default_trials(300)
+        (8, 32)
+    """
+    return max(8, min(32, n_operands // 8 + 4))
+
+
+def search_tree(
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+    itemsize: int,
+    memory_limit: int,
+    *,
+    semiring: str = "sum",
+    seed: int = 0,
+    trials: int | None = None,
+    patience: int | None = None,
+    search_seconds: float = 60.0,
+) -> Found:
+    """Search a contraction tree (and sliced indices) for a large network.
+
+    Args:
+        terms: each operand's indices (ints, no repeats within a term).
+        output: the indices kept.
+        sizes: size of every index (``sizes[i]``).
+        itemsize: bytes per element.
+        memory_limit: peak temporary bytes allowed.
+        semiring: "sum", "log" or "max" (the cost model differs slightly).
+        seed: seeds kahypar, the greedy orders and optuna's sampler.
+        trials: most trials; default `default_trials`.
+        patience: stop after this many trials without improvement; default
+            half of ``trials``.
+        search_seconds: a cap on the search's wall time (safety only).
+
+    Returns:
+        The best tree found, as a `Found`.
+
+    Example:
+        >>> terms = [(i, (i + 1) % 16) for i in range(16)]  # a ring of matrices
+        >>> found = search_tree(terms, (), [4] * 16, 4, 2**20, trials=2)
+        >>> len(found.path), found.sliced
+        (15, ())
+    """
+    trials = default_trials(len(terms)) if trials is None else trials
+    patience = max(1, trials // 2) if patience is None else patience
+    key = (
+        tuple(tuple(t) for t in terms),
+        tuple(output),
+        tuple(sizes),
+        itemsize,
+        memory_limit,
+        semiring,
+        seed,
+        trials,
+        patience,
+    )
+    return _cached(key, search_seconds)
+
+
+@lru_cache(maxsize=256)
+def _cached(key: tuple, search_seconds: float) -> Found:
+    disk = cache_dir() / "trees" / f"{_digest(key)}.json"
+    found = _load(disk)
+    if found is not None:
+        return found
+    found, complete = _search(*key, search_seconds=search_seconds)
+    if complete:
+        _store(disk, found)
+    return found
+
+
+def _digest(key: tuple) -> str:
+    text = json.dumps([_VERSION, *key], separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _load(file) -> Found | None:
+    try:
+        text = file.read_text()
+    except OSError:
+        return None
+    try:
+        data = json.loads(text)
+        return Found(
+            path=tuple(tuple(int(p) for p in step) for step in data["path"]),
+            sliced=tuple(int(i) for i in data["sliced"]),
+            flops=float(data["flops"]),
+            time=float(data["time"]),
+            trials=int(data["trials"]),
+        )
+    except (ValueError, KeyError, TypeError) as error:
+        warnings.warn(
+            f"ignoring the corrupt search-tree cache file {str(file)!r} ({error}); "
+            "delete it to silence this warning.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        return None
+
+
+def _store(file, found: Found) -> None:
+    data = {
+        "path": [list(step) for step in found.path],
+        "sliced": list(found.sliced),
+        "flops": found.flops,
+        "time": found.time,
+        "trials": found.trials,
+    }
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        partial = file.with_suffix(".tmp")
+        partial.write_text(json.dumps(data))
+        partial.replace(file)
+    except OSError:  # a read-only cache costs a re-search, nothing more
+        pass
+
+
+def _objective(terms, output, sizes, itemsize, memory_limit, semiring):
+    """The search's objective: whole trees scored by einslice's estimated time.
+
+    Subclassing cotengra's combo objective keeps its cheap per-node cost for the
+    moves inside a trial (subtree reconfiguration, which index to slice).
+    """
+    from cotengra.scoring import ComboObjective
+
+    class EinsliceTime(ComboObjective):
+        def __call__(self, trial):
+            tree = trial["tree"]
+            path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+            chunks = {int(i): 1 for i in tree.sliced_inds}
+            cost = estimate(terms, output, sizes, itemsize, semiring, path, chunks)
+            score = ranking(cost)
+            if cost.peak_bytes > memory_limit:
+                score *= _OVER_LIMIT_PENALTY ** math.log2(
+                    cost.peak_bytes / memory_limit
+                )
+            trial["einslice_time"] = cost.time
+            return math.log2(max(score, 2.0))
+
+    return EinsliceTime()
+
+
+def estimate(
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+    itemsize: int,
+    semiring: str,
+    path: Path,
+    chunks: dict[int, int],
+) -> Cost:
+    """The cost model's verdict on a path over prepared terms, sliced by ``chunks``.
+
+    Example:
+        >>> estimate([(0, 1), (1, 2)], (0, 2), [4, 4, 4], 4, "sum", ((0, 1),), {}).flops
+        128
+    """
+    steps = to_steps(terms, output, path, chunked_sizes(sizes, chunks))[0]
+    body = Body(tuple(terms), tuple(terms), steps, tuple(output), semiring)
+    return evaluate(body, sizes, chunks, itemsize)
+
+
+def _search(
+    terms,
+    output,
+    sizes,
+    itemsize,
+    memory_limit,
+    semiring,
+    seed,
+    trials,
+    patience,
+    *,
+    search_seconds,
+) -> tuple[Found, bool]:
+    import cotengra
+
+    elimination.register()
+    methods = ["kahypar", "greedy", elimination.METHOD]
+    reconf_iterations = max(16, len(terms))
+    target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
+    objective = _objective(terms, output, sizes, itemsize, memory_limit, semiring)
+    optimizer = cotengra.HyperOptimizer(
+        methods=methods,
+        minimize=objective,
+        max_repeats=1,  # one trial per call: the loop below decides when to stop
+        parallel=False,
+        optlib="optuna",
+        optlib_opts={"sampler_opts": {"seed": seed}},
+        reconf_opts={"subtree_size": 5, "maxiter": reconf_iterations},
+        slicing_reconf_opts={
+            "target_size": target,
+            # Slice 16x per round (not cotengra's 2x) and reconfigure lightly:
+            # the reconfiguration after each round dominates the trial's time.
+            "step_size": 16,
+            "max_repeats": 4,  # slice-finder attempts per round (cotengra: 16)
+            "reconf_opts": {"subtree_size": 4, "maxiter": reconf_iterations // 4},
+        },
+        on_trial_error="raise",
+        progbar=False,
+    )
+    inputs = [tuple(t) for t in terms]
+    size_dict = dict(enumerate(sizes))
+    deadline = time.perf_counter() + search_seconds
+    complete = True
+    # cotengra draws every random choice (greedy jitter, kahypar's seed, random
+    # subtrees) from Python's global ``random`` when given no seed: seed it for
+    # the search and put the caller's state back afterwards.
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        for done in range(1, trials + 1):
+            optimizer.search(inputs, tuple(output), size_dict)
+            best_time = optimizer.best.get("einslice_time", math.inf)
+            trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
+            if best_time < trial_cost:
+                break  # the tree runs faster than one more trial: done
+            if done >= MIN_TRIALS and (
+                best_time < done * trial_cost or optimizer.trials_since_best >= patience
+            ):
+                break
+            if time.perf_counter() > deadline:
+                complete = False
+                break
+    finally:
+        random.setstate(state)
+    tree = optimizer.tree
+    path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    best = optimizer.best
+    found = Found(
+        path=path,
+        sliced=tuple(int(i) for i in tree.sliced_inds),
+        flops=float(tree.contraction_cost()),
+        time=float(best.get("einslice_time", math.inf)),
+        trials=len(optimizer.scores),
+    )
+    return found, complete
