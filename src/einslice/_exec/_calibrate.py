@@ -172,3 +172,28 @@ def _stream_bandwidth(nbytes: int, repeats: int, loop: float) -> float:
 def _transpose_bandwidth(n: int) -> float:
     x = jnp.ones((n, n), jnp.float32)
     return 2.0 * x.nbytes / _seconds(lambda x: x.T * 1.0, x)
+
+
+def enable_compilation_cache() -> str:
+    """Turn on JAX's persistent compilation cache in einslice's cache directory.
+
+    A cache directory the caller already set (``jax_compilation_cache_dir``)
+    is kept, never overridden.
+
+    Returns:
+        The compilation cache directory in use.
+
+    Example:
+        >>> import jax, einslice
+        >>> jax.config.update("jax_compilation_cache_dir", "/tmp/mine")
+        >>> einslice.enable_compilation_cache()
+        '/tmp/mine'
+        >>> jax.config.update("jax_compilation_cache_dir", None)
+    """
+    current = jax.config.jax_compilation_cache_dir
+    if current:
+        return str(current)
+    directory = cache_dir() / "xla"
+    directory.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    return str(directory)

@@ -289,6 +289,7 @@ def _finish(
     )
 
 
+@lru_cache(maxsize=256)
 def rank_plans(
     equation: Equation,
     itemsize: int,
