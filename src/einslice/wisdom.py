@@ -8,10 +8,12 @@ directory (``$EINSLICE_CACHE_DIR`` or ``$XDG_CACHE_HOME/einslice``);
 ignored with a warning.
 
 Example:
-    >>> import einslice
+    >>> import os, tempfile, einslice
+    >>> os.environ["EINSLICE_CACHE_DIR"] = tempfile.mkdtemp()
     >>> einslice.wisdom.clear()
     >>> einslice.wisdom.export()["entries"]
     {}
+    >>> del os.environ["EINSLICE_CACHE_DIR"]
 """
 
 from ._plan._wisdom import clear as clear

@@ -72,6 +72,7 @@ def export(path: str | os.PathLike | None = None) -> dict:
         >>> os.environ["EINSLICE_CACHE_DIR"] = tempfile.mkdtemp()
         >>> sorted(export())
         ['einslice', 'entries', 'format', 'jax']
+        >>> del os.environ["EINSLICE_CACHE_DIR"]
     """
     _ensure_loaded()
     data = {"format": FORMAT, **versions(), "entries": dict(_entries)}
