@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 import jax
+import pytest
 from hypothesis import HealthCheck, settings
 
 jax.config.update("jax_enable_x64", True)
@@ -30,3 +31,13 @@ settings.register_profile("ci", max_examples=25, derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=8, **_COMMON)
 settings.register_profile("thorough", max_examples=500, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(autouse=True)
+def _private_cache_dir(tmp_path, monkeypatch):
+    """Every test gets its own einslice cache directory (profiles, wisdom).
+
+    No test reads a profile or wisdom that another test or the user stored,
+    or writes into the user's cache.
+    """
+    monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path / "einslice-cache"))

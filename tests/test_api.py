@@ -21,6 +21,7 @@ from jax import lax
 from numpy.typing import DTypeLike
 
 import einslice
+from einslice._plan._profile import CPU_DEFAULT
 from strategies import (
     LETTERS,
     Equation,
@@ -74,7 +75,7 @@ def test_small_einsums_that_fit_are_not_sliced(eq):
     # Issue 2: "When no slicing is needed the program is the same pairwise
     # contraction jnp.einsum would run ... no overhead on small einsums".
     # These have at most 4096 elements in the whole joint table.
-    p = einslice.plan(eq.subscripts, *eq.shapes, dtype=np.float64)
+    p = einslice.plan(eq.subscripts, *eq.shapes, dtype=np.float64, profile=CPU_DEFAULT)
     assert p.sliced == {}, str(p)
 
 

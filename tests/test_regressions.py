@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import einslice
+from einslice._plan._profile import CPU_DEFAULT
 from strategies import Equation, assert_close_to_einsum, feasible_plan
 
 EQUATIONS = [
@@ -218,7 +219,9 @@ def test_a_limit_that_a_frugal_order_meets_is_feasible():
 def test_a_small_einsum_under_the_default_limit_is_not_sliced():
     # 'a,d,abcd->bc' (9 kB of operands) was cut into two chunks of 'a' under the
     # default limit (12 GB): a lax.scan where jnp.einsum runs two dot_generals.
-    p = einslice.plan("a,d,abcd->bc", (4,), (8,), (4, 6, 6, 8), dtype=np.float64)
+    p = einslice.plan(
+        "a,d,abcd->bc", (4,), (8,), (4, 6, 6, 8), dtype=np.float64, profile=CPU_DEFAULT
+    )
     assert p.sliced == {}, str(p)
 
 

@@ -7,6 +7,7 @@ Example:
     (8, 8)
 """
 
+from . import wisdom as wisdom
 from ._api import einsum as einsum
 from ._api import log_einsum as log_einsum
 from ._api import max_einsum as max_einsum
@@ -14,17 +15,24 @@ from ._api import naive_einsum as naive_einsum
 from ._api import plan as plan
 from ._errors import EinsliceError as EinsliceError
 from ._errors import MemoryLimitError as MemoryLimitError
+from ._exec._calibrate import calibrate as calibrate
+from ._exec._calibrate import enable_compilation_cache as enable_compilation_cache
 from ._plan._memory import parse_memory_limit as parse_memory_limit
+from ._plan._profile import Profile as Profile
 from ._plan._types import Plan as Plan
 
 __all__ = [
     "EinsliceError",
     "MemoryLimitError",
     "Plan",
+    "Profile",
+    "calibrate",
     "einsum",
+    "enable_compilation_cache",
     "log_einsum",
     "max_einsum",
     "naive_einsum",
     "parse_memory_limit",
     "plan",
+    "wisdom",
 ]

@@ -15,9 +15,11 @@ from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from ._errors import EinsliceError, EinsliceNotImplementedError, EinsliceTypeError
-from ._exec import _semiring
+from ._exec import _semiring, _tune
+from ._exec._calibrate import current_profile
 from ._exec._hoist import contract_hoisted
 from ._exec._jvp import contract
+from ._exec._plain import plain_einsum
 from ._exec._semiring import Config
 from ._exec._shard import Target, in_place, place
 from ._exec._step import take_diagonals
@@ -29,7 +31,8 @@ from ._plan._equation import (
 )
 from ._plan._memory import parse_memory_limit
 from ._plan._order import optimize_key
-from ._plan._planner import make_plan
+from ._plan._planner import make_plan, rank_plans
+from ._plan._profile import Profile
 from ._plan._types import SEMIRINGS, Plan
 
 # Share of the device's free memory taken as the default memory_limit: on a GPU
@@ -52,6 +55,8 @@ def einsum(
     devices: int | None = None,
     mesh: jax.sharding.Mesh | None = None,
     mesh_axis: str | None = None,
+    tune: str = "auto",
+    profile: Profile | None = None,
     _dot_general=None,
     out_sharding=None,
 ) -> jax.Array:
@@ -82,6 +87,13 @@ def einsum(
             ``PartitionSpec`` under ``jax.set_mesh``, over explicit mesh axes;
             the result is given that sharding (the contraction itself runs
             with those axes in auto mode, as jnp.einsum runs its paths).
+        tune: ``"estimate"`` (the time model's best plan), ``"measure"``
+            (compile and time the best few candidates on this device, keep
+            the fastest within the limit, remember it as wisdom) or
+            ``"auto"`` (remembered wisdom, else measure when one call is
+            estimated at 10 s or more, else estimate). One device only.
+        profile: the device profile to plan for; default the calibrated one
+            (``einslice.calibrate()``) or the platform's built-in one.
 
     Returns:
         What ``jnp.einsum`` returns for the same arguments (for "sum").
@@ -116,6 +128,9 @@ def einsum(
             semiring,
             preferred_element_type,
             target,
+            tune=tune,
+            profile=profile,
+            precision=precision,
         )
         return execute_plan(p, arrays, precision, preferred_element_type)
 
@@ -157,6 +172,8 @@ def plan(
     devices: int | None = None,
     mesh: jax.sharding.Mesh | None = None,
     mesh_axis: str | None = None,
+    tune: str = "estimate",
+    profile: Profile | None = None,
 ) -> Plan:
     """Plan an einsum without running it; call the plan to run it.
 
@@ -171,6 +188,9 @@ def plan(
         devices: as for ``einsum``; calling the plan then runs on them.
         mesh: as for ``einsum``.
         mesh_axis: as for ``einsum``.
+        tune: as for ``einsum`` (default "estimate"); measuring runs the
+            candidates on ones of the given shapes when no arrays are given.
+        profile: as for ``einsum``.
 
     Returns:
         A Plan: ``.path``, ``.sliced``, ``.flops``, ``.naive_flops``,
@@ -190,7 +210,15 @@ def plan(
     arrays = [_as_struct(x, dtype, k) for k, x in enumerate(items)]
     target = _target(devices, mesh, mesh_axis)
     return _plan(
-        spec, arrays, memory_limit, optimize, semiring, preferred_element_type, target
+        spec,
+        arrays,
+        memory_limit,
+        optimize,
+        semiring,
+        preferred_element_type,
+        target,
+        tune=tune,
+        profile=profile,
     )
 
 
@@ -218,6 +246,8 @@ def _run(p: Plan, config: Config, *operands) -> jax.Array:
         x = _weak_cast(x, dtype) if weak else jnp.asarray(x).astype(dtype)
         arrays.append(lax.squeeze(x, drop) if drop else x)
     with jax.named_scope(f"einslice[{p.equation.text()}]"):
+        if p.lowering == "xla":
+            return plain_einsum(p, config, arrays)
         return contract_hoisted(
             p, place(p, arrays), lambda plan, ops: contract(plan, config, *ops)
         )
@@ -397,6 +427,9 @@ def _plan(
     semiring,
     pet,
     target: Target | None = None,
+    tune: str = "estimate",
+    profile: Profile | None = None,
+    precision=None,
 ) -> Plan:
     """Plan for these operands (arrays or ShapeDtypeStructs) and devices.
 
@@ -428,12 +461,40 @@ def _plan(
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
     # In place, each device contracts its shard whole: no chunks to spread.
     spread = devices if sharded is None else 1
-    p = planner(equation, itemsize, dtype.name, limit, key, semiring, spread)
+    tune = _tune.check_tune(tune)
+    profile = current_profile() if profile is None else profile
+    p = planner(
+        equation, itemsize, dtype.name, limit, key, semiring, spread, profile=profile
+    )
+    if mesh is None and sharded is None and spread == 1 and planner is make_plan:
+        p = _tuned(p, arrays, tune, key, profile, Config(precision, pet))
     if mesh is not None:
         p = dataclasses.replace(p, mesh=mesh, mesh_axis=mesh_axis)
     if sharded is not None:
         p = dataclasses.replace(p, devices=devices, sharded=sharded)
     return p
+
+
+def _tuned(
+    p: Plan, arrays, tune: str, key: object, profile: Profile, config: Config
+) -> Plan:
+    """``p``, or the candidate that tuning picks (see ``_exec/_tune.py``)."""
+    if tune == "estimate":
+        return p
+    args = (p.equation, p.itemsize, p.dtype, p.memory_limit, key, p.semiring)
+
+    def candidates() -> tuple[Plan, ...]:
+        ranked = rank_plans(*args, profile=profile, count=_tune.TOP_K)
+        return _tune.ranked_with_plain(ranked)
+
+    return _tune.choose(
+        p,
+        tune,
+        arrays,
+        candidates,
+        lambda plan, ops: _run(plan, config, *ops),
+        lambda: _tune.signature(p, key, profile.device_kind, config.precision),
+    )
 
 
 def _hashable(x) -> bool:

@@ -430,6 +430,7 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
         peers = [m.name for m in methods if not m.ours]
         equations = {f.name: f.equation for f in formulas}
         markdown = _report.suite_markdown(cells, header, ours, peers, equations)
+        markdown += _tuning_section(ctx.cache)
         stem, plot = "suite", "suite"
     else:
         markdown = _report.sweep_markdown(cells, header)
@@ -439,6 +440,29 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
     paths = _report.write_outputs(args.out, stem, markdown, cells, gflops, plot)
     print("wrote " + ", ".join(paths))
     return 0
+
+
+def _tuning_section(cache: dict) -> str:
+    """einslice-tuned's one tuning pass per formula: its time and its pick."""
+    rows = []
+    for key, (seconds, plan) in cache.items():
+        if isinstance(key, tuple) and key[0] == "tuning":
+            choice = plan.choice
+            picked = "estimate (nothing measured)"
+            if choice is not None:
+                picked = f"{choice.chosen + 1} of {len(choice.labels)}: "
+                picked += choice.labels[choice.chosen]
+            rows.append(f"| {key[1]} | {seconds:.2f} | {picked} |")
+    if not rows:
+        return ""
+    head = [
+        "",
+        "### einslice-tuned: one tuning pass per formula (not in the times above)",
+        "",
+        "| formula | tuning (s) | candidate chosen |",
+        "|---|---|---|",
+    ]
+    return "\n".join(head + rows) + "\n"
 
 
 def _list_bench() -> int:

@@ -13,64 +13,71 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from math import log2, prod
 
 from ._order import needs_transpose
+from ._profile import CPU_DEFAULT, Profile
 from ._types import Cost, Step
 
-# Time-model constants, in units of one FLOP. A byte through DRAM costs about
-# as much as a few FLOPs on a CPU or GPU; a byte in cache far less. A chunk of
-# a lax.scan costs a few microseconds of loop overhead.
-BYTE_COST_DRAM = 10.0
-# A transpose copy reads with strides: slower per byte than a plain stream.
-BYTE_COST_TRANSPOSE = 30.0
-BYTE_COST_CACHE = 2.5
-# XLA splits each elementwise loop and matrix multiply over every core, so a
-# step's data stays cache-resident while it fits the cores' L2 caches together
-# (2 x 2 MB here). Counting one core's 2 MB instead made the seed formula at
-# n=512 slice k in chunks of 2 (4 MB of operands per product), measured 4-8%
-# slower than chunks of 1 (2 MB), which this bound now picks.
-CACHE_BYTES = 4 * 2**20
-# Between the per-core caches and DRAM: a step whose data fits a share of the
-# last-level cache (32 MB here, shared) streams at about twice DRAM's speed.
-BYTE_COST_SHARED_CACHE = 5.0
-SHARED_CACHE_BYTES = 8 * 2**20
-CHUNK_OVERHEAD = 2.0e5
+# The time model counts in units of one FLOP at the profile's matmul rate
+# (``_Units``); every other speed becomes a cost per byte or per event in that
+# unit. The figures, and how each was measured on a CPU, are in
+# ``_profile.CPU_DEFAULT``; the comments below say which plan choice each fixed:
+# - cache_bytes is the cores' L2 caches together (2 x 2 MB): XLA splits each
+#   loop over every core. Counting one core's 2 MB made the seed formula at
+#   n=512 slice k in chunks of 2 (4 MB of operands per product), measured 4-8%
+#   slower than chunks of 1 (2 MB), which this bound picks.
+# - log_entry_seconds: a "log" chunk in scaled form (_exec/_scaled.py, plans of
+#   at most LOG_SCALED_MAX_STEPS steps) shifts and exponentiates every operand
+#   entry and takes logs of its block: measured on the seed formula at n=512 as
+#   1.94 / 1.44 / 1.30 / 1.26x the "sum" time for k chunks of 1 / 2 / 4 / 8.
+# - output_slice_penalty: slicing an output index measured 1.5-1.8x slower
+#   than slicing a summed one with the same path and chunk (seed formula,
+#   n=512, XLA CPU), beyond what the traffic model explains.
+# - fresh pages: the seed formula's unsliced n=256 plan (200 MB) ran 2x slower
+#   than a sliced one with equal FLOPs and traffic.
+# - thin batched products (e.g. ``ijk,ik->ij`` with k a chunk of 2..16) were
+#   measured at ~1.1 ns per result entry plus 0.15 ns per operand entry.
 PEAK_PREFERENCE = 0.06
-# A "log" chunk in scaled form (_exec/_scaled.py, plans of at most
-# LOG_SCALED_MAX_STEPS steps) shifts and exponentiates every operand entry it
-# sees and takes logs of its block: measured on the seed formula at n=512 as
-# 1.94 / 1.44 / 1.30 / 1.26x the "sum" time for k chunks of 1 / 2 / 4 / 8,
-# i.e. 0.2-0.66 ms per chunk for ~0.8M entries, ~250 units per entry.
-LOG_ENTRY_COST = 250.0
 LOG_SCALED_MAX_STEPS = 16  # mirrors _exec/_scaled.MAX_STEPS
 # Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
 SMALL_CONTRACTION = 16
-# The last-level cache (32 MB here): a peak beyond it streams from DRAM. At
-# 64 MB the seed formula at n=1024 took chunks of 4 (76 MB), measured 0.90-0.97x
-# scan_einsum against 0.97-1.04x for chunks of 2 (44 MB), now chosen.
-PREFERENCE_FROM = 32 * 2**20
-# Slicing an output index measured 1.5-1.8x slower than slicing a summed one
-# with the same path and chunk (seed formula, n=512, XLA CPU), beyond what the
-# traffic model explains; prefer summed slicing unless it is clearly worse.
-OUTPUT_SLICE_PENALTY = 1.3
 ALIGNMENT = 64
-# Temporaries above glibc's largest mmap threshold (32 MB) come fresh from the
-# OS on every call: each page faults and is zeroed on first touch. Measured
-# as the seed formula's unsliced n=256 plan (200 MB) running 2x slower than a
-# sliced one with equal FLOPs and traffic; about this many units per byte.
-FRESH_PAGES_FROM = 32 * 2**20
-FRESH_PAGE_COST = 40.0
 LOOP_BYTES = 1024
-# A matrix multiply whose smallest side is small runs below peak speed.
-SMALL_GEMM_SIDE = 32
-SMALL_GEMM_OUTPUT = 2**16
-# A batched product contracting few entries (e.g. ``ijk,ik->ij`` with k a
-# chunk of 2..16) runs as many tiny multiplies: measured on XLA CPU at about
-# 1.1 ns per result entry plus 0.15 ns per operand entry (n=128..512, k=2..32),
-# i.e. these many FLOP-time units at ~300 GFLOP/s.
-THIN_BATCHED_PER_RESULT = 336.0
-THIN_BATCHED_PER_OPERAND = 44.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Units:
+    """A profile's figures as costs in units of one FLOP at its matmul rate."""
+
+    byte_cache: float
+    byte_shared_cache: float
+    byte_dram: float
+    byte_transpose: float
+    fresh_page: float
+    chunk: float
+    launch: float
+    thin_result: float
+    thin_operand: float
+    log_entry: float
+
+
+@lru_cache(maxsize=64)
+def _units(profile: Profile) -> _Units:
+    rate = profile.matmul_flops
+    return _Units(
+        byte_cache=rate / profile.cache_bandwidth,
+        byte_shared_cache=rate / profile.shared_cache_bandwidth,
+        byte_dram=rate / profile.dram_bandwidth,
+        byte_transpose=rate / profile.transpose_bandwidth,
+        fresh_page=rate / profile.fresh_page_bandwidth,
+        chunk=profile.loop_seconds * rate,
+        launch=profile.launch_seconds * rate,
+        thin_result=profile.thin_batched_result_seconds * rate,
+        thin_operand=profile.thin_batched_operand_seconds * rate,
+        log_entry=profile.log_entry_seconds * rate,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +123,11 @@ def evaluate(
     chunks: dict[int, int],
     itemsize: int,
     tangent: bool = False,
+    profile: Profile = CPU_DEFAULT,
 ) -> Cost:
-    """FLOPs, peak temporary bytes and estimated time of a sliced plan.
+    """FLOPs, peak temporary bytes and estimated time (seconds) of a sliced plan.
+
+    ``peak_bytes`` and ``estimate_time`` together.
 
     Args:
         body: the per-chunk program.
@@ -126,29 +136,35 @@ def evaluate(
         itemsize: bytes per element.
         tangent: cost the derivative pass (forward recomputed per chunk and
             transposed) instead of the forward pass.
+        profile: the device the time is estimated for.
+    """
+    peak = peak_bytes(body, sizes, chunks, itemsize, tangent)
+    flops, time = estimate_time(body, sizes, chunks, itemsize, profile, tangent, peak)
+    return Cost(flops=flops, peak_bytes=peak, time=time)
+
+
+def peak_bytes(
+    body: Body,
+    sizes: Sequence[int],
+    chunks: dict[int, int],
+    itemsize: int,
+    tangent: bool = False,
+) -> int:
+    """Predicted peak temporary bytes of a sliced plan: exact, device-free.
+
+    Counts every buffer that can be alive at once while one chunk runs
+    (arguments as for ``evaluate``).
     """
     local = chunked_sizes(sizes, chunks)
     count = n_chunks(sizes, chunks)
     nodes = [*body.prepared, *(s.result for s in body.steps)]
     n_ops = len(body.terms)
-
-    flops = 0
-    traffic = 0.0
     live = 0
     for term, prepared in zip(body.terms, body.prepared, strict=True):
-        sliced = any(i in chunks for i in term)
-        size_in = (
-            _numel(_unique(term), local)
-            if len(set(term)) < len(term)
-            else _numel(term, local)
-        )
-        if sliced:
-            live += size_in
-            traffic += _bytes_cost(2 * size_in * itemsize)
+        if any(i in chunks for i in term):
+            live += _input_size(term, local)
         if prepared != _unique(term) or len(set(term)) < len(term):
             live += _numel(prepared, local)
-            flops += _numel(term, local) if prepared != _unique(term) else 0
-            traffic += _bytes_cost((size_in + _numel(prepared, local)) * itemsize)
     peak = live
     made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
     for s, step in enumerate(body.steps):
@@ -156,10 +172,7 @@ def evaluate(
         size_l, size_r = _numel(left, local), _numel(right, local)
         size_out = _numel(step.result, local)
         if not chunks and s == len(body.steps) - 1 and step.result == body.output:
-            size_out_temp = 0  # the last step writes the output buffer itself
-        else:
-            size_out_temp = size_out
-        flops += step_flops(step, left, right, local)
+            size_out = 0  # the last step writes the output buffer itself
         small = _numel(step.contracted, local) <= SMALL_CONTRACTION
         if step.contracted and (
             body.semiring == "max" or (body.semiring == "log" and small)
@@ -168,28 +181,19 @@ def evaluate(
         elif body.semiring == "log" and step.contracted:
             # shifted exponentials, finite masks and transposed copies of both
             # sides; total, support, log and the exact repair's loop buffers.
-            transient = 4 * (size_l + size_r) + 6 * size_out
+            transient = 4 * (size_l + size_r) + 6 * _numel(step.result, local)
         else:
             transient = size_l + size_r
-        peak = max(peak, live + transient + size_out_temp)
-        traffic += _bytes_cost((size_l + size_r + size_out) * itemsize)
-        traffic += _gemm_penalty(step, left, right, local)
-        if step.contracted:
-            batch = tuple(i for i in step.result if i in left and i in right)
-            for term, size in ((left, size_l), (right, size_r)):
-                if needs_transpose(term, batch, step.contracted):
-                    traffic += 2 * size * itemsize * BYTE_COST_TRANSPOSE
+        peak = max(peak, live + transient + size_out)
         live += (
-            size_out_temp
+            size_out
             - (size_l if made[step.left] else 0)
             - (size_r if made[step.right] else 0)
         )
     block = _numel(body.output, local)
     final = nodes[-1] if nodes else ()
-    if tuple(final) != tuple(body.output):
-        traffic += 2 * block * itemsize * BYTE_COST_TRANSPOSE
-        if chunks:  # the block in output order is one more temporary
-            peak = max(peak, live + block)
+    if tuple(final) != tuple(body.output) and chunks:
+        peak = max(peak, live + block)  # the block in output order
     if any(i not in body.output for i in chunks):
         peak += block  # the accumulator carried across summed chunks
     if tangent:
@@ -204,19 +208,75 @@ def evaluate(
     # of its own (counters, predicates, tuples): measured below 1 kB.
     overhead = ALIGNMENT * (n_ops + len(body.steps) + 2)
     overhead += LOOP_BYTES if chunks else 0
-    peak_bytes = int(peak * itemsize) + overhead * (6 if tangent else 1)
+    total = int(peak * itemsize) + overhead * (6 if tangent else 1)
     if tangent and chunks:
         # Reverse mode keeps each chunk's loop counter (int32, in both loops)
         # as a residual: 8 bytes per chunk.
-        peak_bytes += 8 * count
+        total += 8 * count
+    return total
+
+
+def estimate_time(
+    body: Body,
+    sizes: Sequence[int],
+    chunks: dict[int, int],
+    itemsize: int,
+    profile: Profile,
+    tangent: bool = False,
+    peak: int | None = None,
+) -> tuple[int, float]:
+    """Total FLOPs and estimated seconds of a sliced plan on a device.
+
+    Time counts FLOPs at the profile's matmul rate, memory traffic at the
+    bandwidth of the level its data fits, transposes, thin products, and
+    per-chunk loop and kernel-launch costs. ``peak`` is ``peak_bytes``' result
+    when known (fresh pages cost time); other arguments as for ``evaluate``.
+    """
+    units = _units(profile)
+    if peak is None:
+        peak = peak_bytes(body, sizes, chunks, itemsize, tangent)
+    local = chunked_sizes(sizes, chunks)
+    count = n_chunks(sizes, chunks)
+    nodes = [*body.prepared, *(s.result for s in body.steps)]
+    flops = 0
+    traffic = 0.0
+    kernels = 1 + len(body.steps)
+    for term, prepared in zip(body.terms, body.prepared, strict=True):
+        size_in = _input_size(term, local)
+        if any(i in chunks for i in term):
+            traffic += _bytes_cost(2 * size_in * itemsize, profile, units)
+            kernels += 1
+        if prepared != _unique(term) or len(set(term)) < len(term):
+            flops += _numel(term, local) if prepared != _unique(term) else 0
+            traffic += _bytes_cost(
+                (size_in + _numel(prepared, local)) * itemsize, profile, units
+            )
+            kernels += 1
+    for step in body.steps:
+        left, right = nodes[step.left], nodes[step.right]
+        size_l, size_r = _numel(left, local), _numel(right, local)
+        size_out = _numel(step.result, local)
+        flops += step_flops(step, left, right, local)
+        traffic += _bytes_cost((size_l + size_r + size_out) * itemsize, profile, units)
+        traffic += _gemm_penalty(step, left, right, local, profile, units)
+        if step.contracted:
+            batch = tuple(i for i in step.result if i in left and i in right)
+            for term, size in ((left, size_l), (right, size_r)):
+                if needs_transpose(term, batch, step.contracted):
+                    traffic += 2 * size * itemsize * units.byte_transpose
+    block = _numel(body.output, local)
+    final = nodes[-1] if nodes else ()
+    if tuple(final) != tuple(body.output):
+        traffic += 2 * block * itemsize * units.byte_transpose
     total_flops = flops * count
-    time = total_flops + traffic * count + CHUNK_OVERHEAD * (count if chunks else 0)
+    time = total_flops + traffic * count + units.chunk * (count if chunks else 0)
+    time += units.launch * kernels * count
     if body.semiring == "log" and chunks and len(body.steps) <= LOG_SCALED_MAX_STEPS:
         entries = sum(_numel(p, local) for p in body.prepared) + block
-        time += count * LOG_ENTRY_COST * entries
-    time += FRESH_PAGE_COST * max(0, peak_bytes - FRESH_PAGES_FROM)
+        time += count * units.log_entry * entries
+    time += units.fresh_page * max(0, peak - profile.fresh_pages_from)
     if any(i in body.output for i in chunks):
-        time *= OUTPUT_SLICE_PENALTY
+        time *= profile.output_slice_penalty
     if tangent:
         total_flops *= 3
         time *= 3
@@ -226,8 +286,15 @@ def evaluate(
             # update): about three passes over every operand per chunk,
             # measured as ~1.4 ms per chunk for the seed formula at n=512.
             full = sum(_numel(_unique(t), sizes) for t in body.terms)
-            time += count * _bytes_cost(3 * full * itemsize)
-    return Cost(flops=int(total_flops), peak_bytes=peak_bytes, time=float(time))
+            time += count * _bytes_cost(3 * full * itemsize, profile, units)
+    return int(total_flops), float(time) / profile.matmul_flops
+
+
+def _input_size(term: Sequence[int], local: Sequence[int]) -> int:
+    """Entries of an operand (its diagonal's, when an index repeats)."""
+    if len(set(term)) < len(term):
+        return _numel(_unique(term), local)
+    return _numel(term, local)
 
 
 def _materialized(body: Body, k: int, chunks: dict[int, int]) -> bool:
@@ -240,16 +307,21 @@ def _materialized(body: Body, k: int, chunks: dict[int, int]) -> bool:
     )
 
 
-def _bytes_cost(nbytes: float) -> float:
-    if nbytes <= CACHE_BYTES:
-        return nbytes * BYTE_COST_CACHE
-    if nbytes <= SHARED_CACHE_BYTES:
-        return nbytes * BYTE_COST_SHARED_CACHE
-    return nbytes * BYTE_COST_DRAM
+def _bytes_cost(nbytes: float, profile: Profile, units: _Units) -> float:
+    if nbytes <= profile.cache_bytes:
+        return nbytes * units.byte_cache
+    if nbytes <= profile.shared_cache_bytes:
+        return nbytes * units.byte_shared_cache
+    return nbytes * units.byte_dram
 
 
 def _gemm_penalty(
-    step: Step, left: tuple[int, ...], right: tuple[int, ...], sizes: Sequence[int]
+    step: Step,
+    left: tuple[int, ...],
+    right: tuple[int, ...],
+    sizes: Sequence[int],
+    profile: Profile,
+    units: _Units,
 ) -> float:
     """Extra cost of a matrix multiply with a thin side (runs below peak)."""
     if not step.contracted:
@@ -258,34 +330,35 @@ def _gemm_penalty(
     m = _numel([i for i in left if i not in right], sizes)
     n = _numel([i for i in right if i not in left], sizes)
     batch = _numel([i for i in left if i in right and i not in step.contracted], sizes)
-    if batch > 1 and k < SMALL_GEMM_SIDE:
+    side_min, output_min = profile.small_gemm_side, profile.small_gemm_output
+    if batch > 1 and k < side_min:
         operands = _numel(_unique(left), sizes) + _numel(_unique(right), sizes)
-        return (
-            THIN_BATCHED_PER_RESULT * batch * m * n
-            + THIN_BATCHED_PER_OPERAND * operands
-        )
+        return units.thin_result * batch * m * n + units.thin_operand * operands
     side = min(m, n, k)
-    if side >= SMALL_GEMM_SIDE and m * n < SMALL_GEMM_OUTPUT:
+    if side >= side_min and m * n < output_min:
         # a small result parallelizes poorly over the cores: measured 140-260
         # GFLOP/s for 128x128 results (K = 128..4096) against ~350 above 256x256
-        scale = min((SMALL_GEMM_OUTPUT / (m * n)) ** 0.5 - 1.0, 1.0)
+        scale = min((output_min / (m * n)) ** 0.5 - 1.0, 1.0)
         return 2.0 * batch * m * n * k * scale
-    if side >= SMALL_GEMM_SIDE:
+    if side >= side_min:
         return 0.0
-    return 2.0 * batch * m * n * k * (SMALL_GEMM_SIDE / max(side, 1) - 1) * 0.25
+    return 2.0 * batch * m * n * k * (side_min / max(side, 1) - 1) * 0.25
 
 
-def ranking(cost: Cost) -> float:
+def ranking(cost: Cost, profile: Profile = CPU_DEFAULT) -> float:
     """Estimated time, nudged towards smaller peaks when the peak is large.
 
     Intermediates of hundreds of MB are slower than the model says (page
     faults, copies into layouts, allocator pressure: the seed formula's
     unsliced n=512 plan measured 2x its sliced one at equal FLOPs), so above
-    ``PREFERENCE_FROM`` bytes (the last-level cache) each doubling of the peak
+    the profile's last-level cache size each doubling of the peak
     costs 6%. Below it, time alone decides (slicing small problems measured
     slower).
     """
-    doublings = log2(max(cost.peak_bytes, PREFERENCE_FROM) / PREFERENCE_FROM)
+    # At 64 MB the seed formula at n=1024 took chunks of 4 (76 MB), measured
+    # 0.90-0.97x scan_einsum against 0.97-1.04x for chunks of 2 (44 MB).
+    start = profile.last_level_cache_bytes
+    doublings = log2(max(cost.peak_bytes, start) / start)
     return cost.time * (1 + PEAK_PREFERENCE * doublings)
 
 

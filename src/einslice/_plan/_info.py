@@ -58,7 +58,10 @@ def describe(plan: Plan) -> str:
             "once after the loop (operands with output indices only)"
         )
     lines.append(f"      Path: {list(plan.path)}")
-    if plan.steps:
+    if plan.lowering == "xla":
+        lines.append("  Lowering: one jnp.einsum call along this path (XLA's steps)")
+    lines.extend(_choice(plan))
+    if plan.steps and plan.lowering != "xla":
         lines.append("")
         lines.append(
             f"  {'step':>4}  {'contraction':<40} {'FLOPs/chunk':>12} {'result':>10}"
@@ -75,6 +78,46 @@ def describe(plan: Plan) -> str:
             out = prod(local[i] for i in step.result) * plan.itemsize
             lines.append(f"  {s:>4}  {text:<40} {flops:>12.3g} {format_bytes(out):>10}")
     return "\n".join(lines)
+
+
+def candidate_label(plan: Plan) -> str:
+    """A short name of a tuning candidate: path, slices and lowering.
+
+    Example:
+        >>> import einslice
+        >>> candidate_label(einslice.plan("ij,jk->ik", (4, 5), (5, 6)))
+        'path [(0, 1)], unsliced'
+    """
+    eq = plan.equation
+    sliced = ", ".join(f"{eq.names[i]}={c}" for i, c in plan.chunks)
+    label = f"path {list(plan.path)}, {f'sliced {sliced}' if sliced else 'unsliced'}"
+    return label + (" via jnp.einsum" if plan.lowering == "xla" else "")
+
+
+def _choice(plan: Plan) -> list[str]:
+    """Which candidate tuning chose, how, and what the others measured."""
+    choice = plan.choice
+    if choice is None:
+        return []
+    how = {
+        "measure": "measured fastest on this device",
+        "wisdom": "remembered measurement (wisdom)",
+        "estimate": "estimate (no candidate could be measured)",
+    }[choice.how]
+    spent = (
+        f", tuning took {choice.tuning_seconds:.3g} s" if choice.tuning_seconds else ""
+    )
+    lines = [
+        f"    Chosen: candidate {choice.chosen + 1} of {len(choice.labels)} by "
+        f"{how}{spent}"
+    ]
+    for k, label in enumerate(choice.labels):
+        seconds = choice.seconds[k]
+        timed = f"{seconds * 1e3:.3g} ms" if seconds is not None else "not timed"
+        note = f" ({choice.notes[k]})" if choice.notes[k] else ""
+        mark = "*" if k == choice.chosen else " "
+        lines.append(f"         {mark}{k + 1}. {label}: {timed}{note}")
+    return lines
 
 
 def _devices(plan: Plan) -> list[str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import prod
 
@@ -10,8 +10,9 @@ from .._errors import MemoryLimitError
 from ._cost import Body, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
 from ._order import find_path, to_steps, two_group_paths
+from ._profile import CPU_DEFAULT, Profile
 from ._search import search_tree
-from ._slice import Slicing, choose_slicing, spread_chunks
+from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
 from ._types import SEMIRINGS, Cost, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
@@ -19,6 +20,8 @@ from ._types import SEMIRINGS, Cost, Equation, Plan
 _REPLAN_MAX_OPERANDS = 12
 # For large networks only the indices of the biggest intermediates are tried.
 _MAX_CANDIDATES = 12
+# How many runners-up of the forward search are kept for ranking.
+_MAX_RUNNERS_UP = 16
 
 
 def prepare_terms(equation: Equation) -> tuple[tuple[int, ...], ...]:
@@ -52,6 +55,7 @@ def make_plan(
     semiring: str,
     devices: int = 1,
     probe: bool = False,
+    profile: Profile = CPU_DEFAULT,
 ) -> Plan:
     """Plan a contraction: pairwise path, sliced indices and chunk sizes.
 
@@ -65,6 +69,8 @@ def make_plan(
         devices: how many devices split the summed chunks; with more than one,
             a summed index is sliced (finer) until each device has a chunk.
         probe: skip finding ``gradient_limit`` (used while finding it).
+        profile: the device the times are estimated for (part of the cache
+            key: another profile may choose another plan).
 
     Returns:
         The fastest plan found whose predicted peak fits the limit.
@@ -72,12 +78,49 @@ def make_plan(
     Raises:
         MemoryLimitError: no plan fits; states the smallest feasible limit.
     """
+    found = _search(equation, itemsize, memory_limit, optimize, semiring, profile)
+    return _finish(
+        equation,
+        itemsize,
+        dtype,
+        memory_limit,
+        optimize,
+        semiring,
+        devices,
+        probe,
+        profile,
+        found.body,
+        found.forward,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """The forward search's winner and its runners-up (best first), all fitting."""
+
+    body: Body
+    forward: Slicing
+    runners_up: tuple[tuple[Body, Slicing], ...]
+
+
+@lru_cache(maxsize=256)
+def _search(
+    equation: Equation,
+    itemsize: int,
+    memory_limit: int,
+    optimize: object,
+    semiring: str,
+    profile: Profile,
+) -> _Found:
+    """Path and forward slicing: the fastest estimate within the limit."""
     assert semiring in SEMIRINGS, semiring
     prepared = prepare_terms(equation)
     sizes = equation.sizes
     output = equation.output
     replan = isinstance(optimize, str | bool) and len(prepared) <= _REPLAN_MAX_OPERANDS
     bodies: dict[tuple[int, ...], Body] = {}
+    # Every (path, chunking) tried that fits: the runners-up of the ranking.
+    fitting: dict[tuple, tuple[Body, dict[int, int], Cost]] = {}
 
     def body_of(path: tuple[tuple[int, ...], ...], local: list[int]) -> Body:
         steps = _steps(prepared, output, path, tuple(local))
@@ -94,7 +137,10 @@ def make_plan(
         base_body = body_of(base_path, list(sizes))
 
         def cost_fwd(chunks: dict[int, int]) -> Cost:
-            best_body, best = base_body, _cost(base_body, sizes, chunks, itemsize)
+            best_body = base_body
+            best = _cost(base_body, sizes, chunks, itemsize, profile)
+            if best.peak_bytes <= memory_limit:
+                fitting[(base_body.steps, _key(chunks))] = (base_body, chunks, best)
             local = chunked_sizes(sizes, chunks)
             paths = [base_path] if chunks else []
             if replan:
@@ -104,7 +150,9 @@ def make_plan(
                 paths.extend(grouped)
             for path in paths:
                 body = body_of(path, local)
-                cost = _cost(body, sizes, chunks, itemsize)
+                cost = _cost(body, sizes, chunks, itemsize, profile)
+                if cost.peak_bytes <= memory_limit:
+                    fitting[(body.steps, _key(chunks))] = (body, chunks, cost)
                 if _better(cost, best, memory_limit):
                     best_body, best = body, cost
             bodies[_key(chunks)] = best_body
@@ -117,6 +165,7 @@ def make_plan(
             candidates,
             memory_limit,
             start=dict.fromkeys(searched if base_path == tree_path else (), 1),
+            profile=profile,
         )
         if _key(found.chunks) not in bodies:
             cost_fwd(found.chunks)
@@ -163,21 +212,49 @@ def make_plan(
         full_search = body_of(
             find_path(prepared, output, dict(enumerate(local)), optimize), local
         )
-        cost = evaluate(full_search, sizes, forward.chunks, itemsize)
+        cost = evaluate(full_search, sizes, forward.chunks, itemsize, profile=profile)
         if _better(cost, forward.cost, memory_limit):
             body, forward = full_search, Slicing(forward.chunks, cost, True)
+    chosen = (body.steps, _key(forward.chunks))
+    others = [
+        (b, Slicing(dict(chunks), cost, True))
+        for key, (b, chunks, cost) in fitting.items()
+        if key != chosen
+    ]
+    others.sort(key=lambda o: biased_ranking(o[1].cost, o[1].chunks, profile))
+    return _Found(body, forward, tuple(others[:_MAX_RUNNERS_UP]))
+
+
+def _finish(
+    equation: Equation,
+    itemsize: int,
+    dtype: str,
+    memory_limit: int,
+    optimize: object,
+    semiring: str,
+    devices: int,
+    probe: bool,
+    profile: Profile,
+    body: Body,
+    forward: Slicing,
+) -> Plan:
+    """The derivative's slicing, devices, hoisting and gradient limit: a Plan."""
+    sizes = equation.sizes
+    output = equation.output
+    prepared = body.prepared
     # Hoisting keeps the loop's result and its cotangent beside the derivative
     # pass: leave room for them, else the slicing would fill the limit first.
     room = 2 * itemsize * prod(sizes[i] for i in output) if hoistable_steps(body) else 0
     tangent = choose_slicing(
-        lambda chunks: _cost(body, sizes, chunks, itemsize, tangent=True),
+        lambda chunks: _cost(body, sizes, chunks, itemsize, profile, tangent=True),
         sizes,
         _candidates(body, sizes),
         max(memory_limit - room, 0),
+        profile=profile,
     )
     if devices > 1:
         forward, tangent = _spread(
-            body, sizes, itemsize, memory_limit, forward, tangent, devices
+            body, sizes, itemsize, memory_limit, forward, tangent, devices, profile
         )
     pairs = _path_of(body)
     hoisted = 0
@@ -200,6 +277,7 @@ def make_plan(
                 semiring,
                 devices,
                 probe=True,
+                profile=profile,
             )
             if retry.tangent_cost.peak_bytes <= gradient_limit:
                 break
@@ -222,6 +300,50 @@ def make_plan(
         devices=devices,
         hoisted=hoisted,
     )
+
+
+@lru_cache(maxsize=256)
+def rank_plans(
+    equation: Equation,
+    itemsize: int,
+    dtype: str,
+    memory_limit: int,
+    optimize: object,
+    semiring: str,
+    devices: int = 1,
+    profile: Profile = CPU_DEFAULT,
+    count: int = 4,
+) -> tuple[Plan, ...]:
+    """The best few distinct plans within the limit, best estimate first.
+
+    The first is ``make_plan``'s; the others are the search's runners-up (other
+    paths or chunkings), each with its own derivative slicing, keeping only
+    those whose derivative fits where the first one's does.
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("ij,jk,kl->il", 3), ((64, 64),) * 3)
+        >>> plans = rank_plans(eq, 4, "float32", 2**20, "auto", "sum")
+        >>> len(plans) > 1 and all(p.peak_bytes <= 2**20 for p in plans)
+        True
+    """
+    args = (equation, itemsize, dtype, memory_limit, optimize, semiring, devices)
+    best = make_plan(*args, profile=profile)
+    found = _search(equation, itemsize, memory_limit, optimize, semiring, profile)
+    plans = [best]
+    seen = {(best.steps, best.chunks)}
+    gradient_fits = best.tangent_cost.peak_bytes <= memory_limit
+    for body, forward in found.runners_up:
+        if len(plans) >= count:
+            break
+        plan = _finish(*args, True, profile, body, forward)
+        if (plan.steps, plan.chunks) in seen or plan.peak_bytes > memory_limit:
+            continue
+        if gradient_fits and plan.tangent_cost.peak_bytes > memory_limit:
+            continue
+        seen.add((plan.steps, plan.chunks))
+        plans.append(plan)
+    return tuple(plans)
 
 
 def hoistable_steps(body: Body) -> int:
@@ -298,6 +420,7 @@ def _spread(
     forward: Slicing,
     tangent: Slicing,
     devices: int,
+    profile: Profile,
 ) -> tuple[Slicing, Slicing]:
     """Re-slice both passes so that every device gets summed chunks to scan."""
     indices = [i for t in body.terms for i in t]
@@ -305,7 +428,9 @@ def _spread(
     for chosen, is_tangent in ((forward, False), (tangent, True)):
         chunks = spread_chunks(sizes, body.output, indices, chosen.chunks, devices)
         if chunks != chosen.chunks:
-            cost = evaluate(body, sizes, chunks, itemsize, tangent=is_tangent)
+            cost = evaluate(
+                body, sizes, chunks, itemsize, tangent=is_tangent, profile=profile
+            )
             # Kept only within the limit (else this pass runs on one device).
             if cost.peak_bytes <= max(limit, chosen.cost.peak_bytes):
                 chosen = Slicing(chunks, cost, chosen.fits)
@@ -320,13 +445,24 @@ def _steps(prepared, output, path, local: tuple[int, ...]):
 
 
 @lru_cache(maxsize=16384)
-def _evaluate(body: Body, sizes, chunks: tuple, itemsize: int, tangent: bool) -> Cost:
-    return evaluate(body, sizes, dict(chunks), itemsize, tangent=tangent)
+def _evaluate(
+    body: Body, sizes, chunks: tuple, itemsize: int, tangent: bool, profile: Profile
+) -> Cost:
+    return evaluate(
+        body, sizes, dict(chunks), itemsize, tangent=tangent, profile=profile
+    )
 
 
-def _cost(body, sizes, chunks: dict[int, int], itemsize: int, tangent=False) -> Cost:
+def _cost(
+    body,
+    sizes,
+    chunks: dict[int, int],
+    itemsize: int,
+    profile: Profile,
+    tangent: bool = False,
+) -> Cost:
     """``evaluate``, cached on the (hashable) body and the chunking."""
-    return _evaluate(body, tuple(sizes), _key(chunks), itemsize, tangent)
+    return _evaluate(body, tuple(sizes), _key(chunks), itemsize, tangent, profile)
 
 
 def _key(chunks: dict[int, int]) -> tuple[int, ...]:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ._cost import ranking
+from ._profile import CPU_DEFAULT, Profile
 from ._types import Cost, Plan
 
 Evaluate = Callable[[dict[int, int]], Cost]
@@ -33,8 +34,11 @@ class Slicing:
 SLICE_GAIN_REQUIRED = 0.85
 
 
-def _biased(cost: Cost, chunks: dict[int, int]) -> float:
-    return ranking(cost) / (SLICE_GAIN_REQUIRED if chunks else 1.0)
+def biased_ranking(
+    cost: Cost, chunks: dict[int, int], profile: Profile = CPU_DEFAULT
+) -> float:
+    """``ranking``, with the gain a slicing must promise over none."""
+    return ranking(cost, profile) / (SLICE_GAIN_REQUIRED if chunks else 1.0)
 
 
 def balanced_chunk(size: int, chunk: int) -> int:
@@ -65,6 +69,7 @@ def choose_slicing(
     limit: int,
     explore_when_fits: bool = True,
     start: dict[int, int] | None = None,
+    profile: Profile = CPU_DEFAULT,
 ) -> Slicing:
     """Find the fastest chunking that fits ``limit``, or the most frugal one.
 
@@ -77,6 +82,7 @@ def choose_slicing(
             sliced path can be faster, e.g. by keeping intermediates small).
         start: a slicing to descend from instead of none (the unsliced plan
             is still considered), e.g. the indices a tree search sliced.
+        profile: the device whose last-level cache sets the peak preference.
 
     Returns:
         The chosen Slicing; ``fits`` is False when even the most frugal plan
@@ -93,7 +99,9 @@ def choose_slicing(
         if frugal is None or cost.peak_bytes < frugal[1].peak_bytes:
             frugal = (dict(chunks), cost)
         if cost.peak_bytes <= limit and (
-            best is None or _biased(cost, chunks) < _biased(best[1], best[0])
+            best is None
+            or biased_ranking(cost, chunks, profile)
+            < biased_ranking(best[1], best[0], profile)
         ):
             best = (dict(chunks), cost)
         return cost
@@ -127,7 +135,7 @@ def choose_slicing(
         assert frugal is not None
         return Slicing(frugal[0], frugal[1], fits=False)
     chunks, cost = best
-    return _grow(evaluate, sizes, chunks, cost, limit)
+    return _grow(evaluate, sizes, chunks, cost, limit, profile)
 
 
 def _grow(
@@ -136,6 +144,7 @@ def _grow(
     chunks: dict[int, int],
     cost: Cost,
     limit: int,
+    profile: Profile,
 ) -> Slicing:
     """Enlarge each chunk to the largest size that fits, if that is faster."""
 
@@ -153,7 +162,9 @@ def _grow(
                 hi = mid - 1
         trial = with_chunk(chunks, index, balanced_chunk(sizes[index], lo))
         trial_cost = evaluate(trial)
-        if trial_cost.peak_bytes <= limit and ranking(trial_cost) < ranking(cost):
+        if trial_cost.peak_bytes <= limit and ranking(trial_cost, profile) < ranking(
+            cost, profile
+        ):
             chunks, cost = trial, trial_cost
     return Slicing(chunks, cost, fits=True)
 

@@ -66,6 +66,24 @@ class Cost:
     time: float
 
 
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """How a plan was picked among ranked candidates, and what each measured.
+
+    ``how`` is "estimate" (the time model's first), "measure" (the fastest
+    compiled and timed on the device) or "wisdom" (remembered from an earlier
+    measurement). ``seconds[k]`` is candidate k's measured time, None when
+    not measured; ``notes[k]`` says why one was rejected ("" otherwise).
+    """
+
+    how: str
+    chosen: int
+    labels: tuple[str, ...]
+    seconds: tuple[float | None, ...]
+    notes: tuple[str, ...]
+    tuning_seconds: float = 0.0
+
+
 # weakref_slot: jax.jit(plan) keeps a weak reference to the function it wraps.
 @dataclass(frozen=True, slots=True, weakref_slot=True)
 class Plan:
@@ -115,6 +133,11 @@ class Plan:
     # ``ij``). The loop accumulates the rest; the derivative then needs no
     # recomputed chunk result to give those operands' gradients.
     hoisted: int = 0
+    # "einslice": the plan's own steps (and scan); "xla": one jnp.einsum call
+    # along the same path, for unsliced "sum" plans (a tuning candidate).
+    lowering: str = "einslice"
+    # How tuning chose this plan; not part of equality (same program).
+    choice: Choice | None = field(default=None, compare=False)
 
     @property
     def sliced(self) -> dict[str, int]:

@@ -246,7 +246,7 @@ def compare(cells: Sequence[Cell], ours: str, peers: Sequence[str]) -> list[Comp
     return out
 
 
-def summary_line(comparisons: Sequence[Comparison]) -> str:
+def summary_line(comparisons: Sequence[Comparison], ours: str = "einslice") -> str:
     """Geometric-mean speed-up over formulas, and where peers did not fit."""
     ratios = [c.speedup for c in comparisons if c.speedup]
     geo = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else None
@@ -255,10 +255,10 @@ def summary_line(comparisons: Sequence[Comparison]) -> str:
     over = sum(1 for c in comparisons if c.ours_over_limit)
     geo_text = "n/a" if geo is None else f"{geo:.2f}x"
     return (
-        f"einslice vs the best peer that fit: geometric-mean speed-up {geo_text} "
-        f"over {_count(len(ratios), 'formula')}; einslice fastest on "
+        f"{ours} vs the best peer that fit: geometric-mean speed-up {geo_text} "
+        f"over {_count(len(ratios), 'formula')}; {ours} fastest on "
         f"{fastest}/{len(ratios)}; a peer ran out of memory or over the limit on "
-        f"{_count(failed, 'formula')}; einslice over its limit on {over}."
+        f"{_count(failed, 'formula')}; {ours} over its limit on {over}."
     )
 
 
@@ -300,7 +300,11 @@ def suite_markdown(
         "",
         markdown_table(["formula", *methods], rows),
     ]
-    parts += ["", summary_line(list(comparisons.values()))]
+    parts += ["", summary_line(list(comparisons.values()), ours)]
+    for other in methods:
+        if other != ours and other.startswith(f"{ours}-"):
+            # einslice's variants (einslice-tuned) against the same peers
+            parts += ["", summary_line(compare(cells, other, peers), other)]
     notes = _notes(cells)
     if notes:
         parts += ["", *notes]

@@ -1,0 +1,226 @@
+"""Autotuning: time the best few candidate plans on the device, keep the fastest.
+
+``tune="estimate"`` takes the time model's first candidate. ``"measure"``
+compiles the top ``TOP_K`` candidates (and, for an unsliced "sum" plan, the
+plain ``jnp.einsum`` lowering of the same path), rejects any whose compiled
+temporaries (``memory_analysis().temp_size_in_bytes``) exceed the memory
+limit, times the rest (median after a warm-up) and keeps the fastest; the
+choice is remembered as wisdom. ``"auto"`` uses wisdom when there is some for
+this signature, measures when one call is estimated at ``AUTO_MEASURE_SECONDS``
+or more, and otherwise estimates.
+
+The rule for "auto": compiling a candidate takes ~0.1-0.5 s, so k of them take
+~1 s; from one estimated call of 10 s on, that is under ~10% of the call.
+(The timed runs, one per candidate at that length, are paid once per signature
+and then remembered.) Below it tuning would cost more than it could save on
+one call, so "auto" estimates; ask for "measure" to tune small calls that
+repeat. Measuring needs concrete operands: under ``jax.jit`` tracing (abstract
+operands) "measure" and "auto" fall back to wisdom, else the estimate.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from statistics import median
+
+import jax
+import jax.numpy as jnp
+
+from .._errors import EinsliceError
+from .._plan import _wisdom
+from .._plan._info import candidate_label
+from .._plan._memory import format_bytes
+from .._plan._types import Choice, Plan
+
+TUNE_MODES = ("estimate", "measure", "auto")
+TOP_K = 4
+AUTO_MEASURE_SECONDS = 10.0
+# Timing: runs of one candidate stop after this many, or this much time.
+_MAX_RUNS = 5
+_TIMING_BUDGET_SECONDS = 0.5
+
+Runner = Callable[[Plan, Sequence], jax.Array]
+
+
+def check_tune(tune: object) -> str:
+    """``tune`` if it is a valid mode, else an EinsliceError saying which are."""
+    if not isinstance(tune, str) or tune not in TUNE_MODES:
+        raise EinsliceError(
+            f"tune={tune!r} is not one of {list(TUNE_MODES)}; 'estimate' trusts "
+            "the time model, 'measure' times the best candidates on the device, "
+            "'auto' uses remembered measurements or measures long calls."
+        )
+    return tune
+
+
+def choose(
+    best: Plan,
+    tune: str,
+    arrays: Sequence,
+    candidates: Callable[[], tuple[Plan, ...]],
+    run: Runner,
+    signature: Callable[[], str],
+) -> Plan:
+    """The plan to run: ``best`` (the estimate), remembered, or measured.
+
+    Args:
+        best: the time model's first candidate.
+        tune: "estimate", "measure" or "auto".
+        arrays: the operands (arrays, or shapes-and-dtypes for ``plan``).
+        candidates: the ranked candidates (called only when needed).
+        run: runs a plan on operands, as ``Plan.__call__`` does.
+        signature: makes the wisdom key of this call (called only when needed).
+    """
+    if tune == "estimate":
+        return best
+    concrete = not any(isinstance(x, jax.core.Tracer) for x in arrays)
+    if tune == "auto" or not concrete:
+        if _wisdom.has_any():
+            remembered = _from_wisdom(signature(), candidates)
+            if remembered is not None:
+                return remembered
+        if tune == "auto" and best.cost.time < AUTO_MEASURE_SECONDS:
+            return best
+        if not concrete:
+            return best
+    return measure(candidates(), arrays, run, signature())
+
+
+def ranked_with_plain(plans: tuple[Plan, ...], count: int = TOP_K) -> tuple[Plan, ...]:
+    """The first ``count`` plans, and the plain lowering of the best unsliced one.
+
+    The plain lowering (one ``jnp.einsum`` along the same path) is added for
+    "sum" plans of two or more operands on one device.
+    """
+    chosen = list(plans[:count])
+    unsliced = next((p for p in plans if not p.chunks), None)
+    if (
+        unsliced is not None
+        and unsliced.semiring == "sum"
+        and unsliced.path
+        and unsliced.devices == 1
+        and unsliced.mesh is None
+        and unsliced.sharded is None
+    ):
+        chosen.append(replace(unsliced, lowering="xla"))
+    return tuple(chosen)
+
+
+def measure(
+    plans: tuple[Plan, ...], arrays: Sequence, run: Runner, signature: str
+) -> Plan:
+    """Compile and time each plan; the fastest within the limit, with a Choice."""
+    start = time.perf_counter()
+    operands = [_concrete(x) for x in arrays]
+    seconds: list[float | None] = []
+    notes: list[str] = []
+    for plan in plans:
+        timed, note = _time_one(plan, operands, run)
+        seconds.append(timed)
+        notes.append(note)
+    measured = [(s, k) for k, s in enumerate(seconds) if s is not None]
+    chosen = min(measured)[1] if measured else 0
+    choice = Choice(
+        how="measure" if measured else "estimate",
+        chosen=chosen,
+        labels=tuple(candidate_label(p) for p in plans),
+        seconds=tuple(seconds),
+        notes=tuple(notes),
+        tuning_seconds=time.perf_counter() - start,
+    )
+    if measured:
+        _wisdom.remember(signature, _entry(plans[chosen], choice))
+    return replace(plans[chosen], choice=choice)
+
+
+def _time_one(plan: Plan, operands: list, run: Runner) -> tuple[float | None, str]:
+    """Median seconds of a compiled plan, or None and why it was rejected."""
+    try:
+        compiled = jax.jit(lambda *ops: run(plan, ops)).lower(*operands).compile()
+    except Exception as error:  # a candidate that cannot compile is skipped
+        return None, f"rejected: does not compile ({type(error).__name__})"
+    analysis = compiled.memory_analysis()
+    temp = getattr(analysis, "temp_size_in_bytes", None)
+    if temp is not None and temp > plan.memory_limit:
+        return None, (
+            f"rejected: compiled temporaries {format_bytes(temp)} exceed the "
+            f"limit {format_bytes(plan.memory_limit)}"
+        )
+    jax.block_until_ready(compiled(*operands))  # warm-up
+    times: list[float] = []
+    while len(times) < _MAX_RUNS and sum(times) < _TIMING_BUDGET_SECONDS:
+        begin = time.perf_counter()
+        jax.block_until_ready(compiled(*operands))
+        times.append(time.perf_counter() - begin)
+    return median(times), ""
+
+
+def _concrete(x):
+    """An operand to time with: the array itself, or ones of a struct's shape."""
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return jnp.ones(x.shape, x.dtype)
+    return x
+
+
+def _entry(plan: Plan, choice: Choice) -> dict:
+    return {
+        "path": [list(pair) for pair in plan.path],
+        "chunks": [list(pair) for pair in plan.chunks],
+        "lowering": plan.lowering,
+        "labels": list(choice.labels),
+        "seconds": list(choice.seconds),
+        "chosen": choice.chosen,
+    }
+
+
+def _from_wisdom(
+    signature: str, candidates: Callable[[], tuple[Plan, ...]]
+) -> Plan | None:
+    """The remembered candidate, if it is still among the ranked ones."""
+    entry = _wisdom.lookup(signature)
+    if entry is None:
+        return None
+    want = (
+        json.dumps(entry["path"]),
+        json.dumps(entry["chunks"]),
+        entry["lowering"],
+    )
+    for plan in candidates():
+        have = (
+            json.dumps([list(p) for p in plan.path]),
+            json.dumps([list(p) for p in plan.chunks]),
+            plan.lowering,
+        )
+        if have == want:
+            labels = tuple(str(x) for x in entry["labels"])
+            seconds = tuple(
+                float(s) if isinstance(s, int | float) else None
+                for s in entry["seconds"]
+            )
+            notes = ("",) * len(labels)
+            choice = Choice("wisdom", int(entry["chosen"]), labels, seconds, notes)
+            return replace(plan, choice=choice)
+    return None
+
+
+def signature(
+    plan: Plan, optimize_key: object, device_kind: str, precision: object
+) -> str:
+    """The wisdom key: what the measured choice depends on."""
+    eq = plan.equation
+    return json.dumps(
+        [
+            eq.text(),
+            [list(s) for s in eq.shapes],
+            plan.dtype,
+            plan.semiring,
+            plan.memory_limit,
+            repr(optimize_key),
+            plan.devices,
+            device_kind,
+            repr(precision),
+        ]
+    )

@@ -1,0 +1,196 @@
+"""Autotuning, wisdom, calibration: measured choices and what is remembered."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import einslice
+from einslice._exec import _calibrate, _tune
+from einslice._plan import _wisdom
+from einslice._plan._profile import CPU_DEFAULT
+from strategies import (
+    assert_close_to_einsum,
+    limit_from_fraction,
+    random_operands,
+    seeds,
+    sliceable_equations,
+)
+
+CHAIN = "ij,jk,kl->il"
+
+
+def _chain_operands(n: int = 48):
+    rng = np.random.default_rng(0)
+    return [rng.standard_normal((n, n)) for _ in range(3)]
+
+
+@settings(max_examples=6)
+@given(sliceable_equations(max_operands=4), seeds)
+def test_measured_choice_equals_the_estimated_one(eq, seed):
+    ops = random_operands(eq, seed)
+    limit = limit_from_fraction(eq.subscripts, eq.shapes, 0.5)
+    try:
+        untuned = einslice.einsum(
+            eq.subscripts, *ops, memory_limit=limit, tune="estimate"
+        )
+    except einslice.MemoryLimitError as error:
+        limit = error.smallest_limit
+        untuned = einslice.einsum(
+            eq.subscripts, *ops, memory_limit=limit, tune="estimate"
+        )
+    tuned = einslice.einsum(eq.subscripts, *ops, memory_limit=limit, tune="measure")
+    assert tuned.dtype == untuned.dtype == jnp.float64
+    assert_close_to_einsum(tuned, eq, ops)
+    np.testing.assert_allclose(tuned, untuned, rtol=1e-10, atol=1e-10)
+
+
+def test_measure_reports_every_candidate_and_remembers_the_fastest():
+    ops = _chain_operands()
+    p = einslice.plan(CHAIN, *ops, memory_limit="40kB", tune="measure")
+    choice = p.choice
+    assert choice is not None and choice.how == "measure"
+    assert len(choice.labels) >= 2
+    timed = [s for s in choice.seconds if s is not None]
+    assert choice.seconds[choice.chosen] == min(timed)
+    assert "Chosen: candidate" in str(p) and "measured fastest" in str(p)
+    again = einslice.plan(CHAIN, *ops, memory_limit="40kB", tune="auto")
+    assert again == p and again.choice is not None and again.choice.how == "wisdom"
+    assert "remembered measurement" in str(again)
+
+
+def test_measure_never_picks_a_candidate_whose_compiled_temporaries_exceed_the_limit():
+    ops = [jnp.asarray(x) for x in _chain_operands()]
+    limit = 40_000
+    ranked = einslice.plan(CHAIN, *ops, memory_limit=limit, tune="measure")
+    assert ranked.choice is not None
+    run = einslice._api._run  # type: ignore[attr-defined]
+    compiled = (
+        jax.jit(lambda *xs: run(ranked, einslice._api.Config(), *xs))  # type: ignore[attr-defined]
+        .lower(*ops)
+        .compile()
+    )
+    assert compiled.memory_analysis().temp_size_in_bytes <= limit
+    # A candidate whose compiled temporaries exceed its limit is rejected.
+    plans = (
+        replace(einslice.plan(CHAIN, *ops, memory_limit=limit), memory_limit=1),
+        einslice.plan(CHAIN, *ops, memory_limit=limit),
+    )
+    chosen = _tune.measure(
+        plans,
+        ops,
+        lambda plan, xs: run(plan, einslice._api.Config(), *xs),  # type: ignore[attr-defined]
+        "test",
+    )
+    assert chosen.choice is not None
+    assert chosen.choice.chosen == 1 and chosen.choice.seconds[0] is None
+    assert "exceed the limit" in chosen.choice.notes[0]
+
+
+def test_plain_lowering_is_a_candidate_of_unsliced_sum_plans():
+    ops = _chain_operands()
+    p = einslice.plan(CHAIN, *ops, tune="measure")
+    assert p.choice is not None
+    assert any("via jnp.einsum" in label for label in p.choice.labels)
+    plain = replace(einslice.plan(CHAIN, *ops), lowering="xla")
+    np.testing.assert_allclose(plain(*ops), np.einsum(CHAIN, *ops), rtol=1e-10)
+    assert "jnp.einsum" in str(plain)
+
+
+def test_auto_estimates_short_calls_and_tracing_falls_back():
+    ops = _chain_operands(8)
+    p = einslice.plan(CHAIN, *ops, tune="auto")
+    assert p.choice is None  # a few microseconds: not worth measuring
+    assert p.cost.time < _tune.AUTO_MEASURE_SECONDS
+
+    @jax.jit
+    def traced(a, b, c):
+        return einslice.einsum(CHAIN, a, b, c, tune="measure")
+
+    np.testing.assert_allclose(traced(*ops), np.einsum(CHAIN, *ops), rtol=1e-10)
+    assert not _wisdom.export()["entries"]
+
+
+def test_bad_tune_is_an_error():
+    with pytest.raises(einslice.EinsliceError, match=r"tune='fast' is not one of"):
+        einslice.plan(CHAIN, (2, 2), (2, 2), (2, 2), tune="fast")
+
+
+def test_wisdom_round_trip(tmp_path):
+    ops = _chain_operands()
+    einslice.plan(CHAIN, *ops, memory_limit="40kB", tune="measure")
+    saved = einslice.wisdom.export(tmp_path / "w.json")
+    assert len(saved["entries"]) == 1
+    einslice.wisdom.clear()
+    assert not einslice.wisdom.export()["entries"]
+    assert not _wisdom.wisdom_path().exists()
+    assert einslice.wisdom.import_(tmp_path / "w.json") == 1
+    p = einslice.plan(CHAIN, *ops, memory_limit="40kB", tune="auto")
+    assert p.choice is not None and p.choice.how == "wisdom"
+    assert json.loads(_wisdom.wisdom_path().read_text())["entries"] == saved["entries"]
+
+
+def test_corrupt_wisdom_is_ignored_with_a_warning():
+    ops = _chain_operands()
+    path = _wisdom.wisdom_path()
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    with pytest.warns(UserWarning, match="ignoring the wisdom file.*cannot be read"):
+        p = einslice.plan(CHAIN, *ops, memory_limit="40kB", tune="auto")
+    assert p.choice is None
+
+
+def test_wisdom_of_other_versions_is_ignored_with_a_warning(tmp_path):
+    ops = _chain_operands()
+    einslice.plan(CHAIN, *ops, memory_limit="40kB", tune="measure")
+    data = einslice.wisdom.export()
+    foreign = {**data, "jax": "0.0.1"}
+    with pytest.warns(UserWarning, match="measured with"):
+        assert einslice.wisdom.import_(foreign) == 0
+    einslice.wisdom.clear()
+    (tmp_path / "old.json").write_text(json.dumps({**data, "einslice": "0.0.0"}))
+    with pytest.warns(UserWarning, match="measured with"):
+        assert einslice.wisdom.import_(tmp_path / "old.json") == 0
+    malformed = {**data, "entries": {"key": {"path": []}}}
+    with pytest.warns(UserWarning, match="malformed"):
+        assert einslice.wisdom.import_(malformed) == 0
+
+
+def test_calibrate_stores_a_profile_that_later_plans_use():
+    profile = einslice.calibrate(size=64)
+    assert profile.device_kind == _calibrate.device_kind()
+    assert profile.matmul_flops > 0 and profile.loop_seconds > 0
+    assert _calibrate.current_profile() == profile
+    assert _calibrate.profile_path().exists()
+
+
+def test_a_foreign_or_corrupt_profile_is_ignored_with_a_warning():
+    path = _calibrate.profile_path()
+    path.parent.mkdir(parents=True)
+    path.write_text(replace(CPU_DEFAULT, device_kind="some other chip").to_json())
+    _calibrate._load.cache_clear()
+    with pytest.warns(UserWarning, match="describes 'some other chip'"):
+        assert _calibrate.current_profile().matmul_flops == CPU_DEFAULT.matmul_flops
+    path.write_text("garbage")
+    _calibrate._load.cache_clear()
+    with pytest.warns(UserWarning, match="cannot be read"):
+        _calibrate.current_profile()
+    _calibrate._load.cache_clear()
+
+
+def test_enable_compilation_cache_keeps_a_directory_the_caller_set(tmp_path):
+    before = jax.config.jax_compilation_cache_dir
+    try:
+        jax.config.update("jax_compilation_cache_dir", None)
+        chosen = einslice.enable_compilation_cache()
+        assert chosen == str(_wisdom.cache_dir() / "xla")
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        assert einslice.enable_compilation_cache() == str(tmp_path)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", before)

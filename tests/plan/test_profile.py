@@ -1,0 +1,95 @@
+"""The device profile and the split cost model: pure Python, no JAX."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from einslice._plan import _cost
+from einslice._plan._cost import Body, estimate_time, evaluate, peak_bytes
+from einslice._plan._equation import build_equation, parse_subscripts
+from einslice._plan._order import to_steps
+from einslice._plan._planner import make_plan, prepare_terms, rank_plans
+from einslice._plan._profile import CPU_DEFAULT, GPU_DEFAULT, Profile, built_in
+
+SEED = "ij,ik,il,jk,jl,kl->ij"
+
+
+def _equation(subscripts: str, n: int):
+    spec = parse_subscripts(subscripts, subscripts.count(",") + 1)
+    terms = subscripts.split("->")[0].split(",")
+    return build_equation(spec, tuple((n,) * len(t) for t in terms))
+
+
+def test_cpu_default_reproduces_the_constants_the_model_was_tuned_with():
+    # The figures _cost.py used before profiles existed, in units of one FLOP.
+    units = _cost._units(CPU_DEFAULT)
+    assert (units.byte_dram, units.byte_transpose, units.byte_cache) == (10, 30, 2.5)
+    assert (units.byte_shared_cache, units.fresh_page, units.chunk) == (5, 40, 2e5)
+    assert (units.thin_result, units.thin_operand, units.log_entry) == (336, 44, 250)
+    assert units.launch == 0
+    assert (CPU_DEFAULT.cache_bytes, CPU_DEFAULT.shared_cache_bytes) == (2**22, 2**23)
+    assert CPU_DEFAULT.last_level_cache_bytes == CPU_DEFAULT.fresh_pages_from == 2**25
+    assert (CPU_DEFAULT.small_gemm_side, CPU_DEFAULT.small_gemm_output) == (32, 2**16)
+    assert CPU_DEFAULT.output_slice_penalty == 1.3
+
+
+def test_profile_json_round_trip_and_rejection():
+    for profile in (CPU_DEFAULT, GPU_DEFAULT):
+        assert Profile.from_json(profile.to_json()) == profile
+    assert GPU_DEFAULT.fresh_page_bandwidth == math.inf
+    with pytest.raises(ValueError, match="differ"):
+        Profile.from_json('{"device_kind": "cpu"}')
+    bad = CPU_DEFAULT.to_json().replace("300000000000.0", '"fast"')
+    with pytest.raises(ValueError, match="matmul_flops"):
+        Profile.from_json(bad)
+    with pytest.raises(ValueError, match="JSON object"):
+        Profile.from_json("[1, 2]")
+    assert built_in("cuda") is GPU_DEFAULT and built_in("cpu") is CPU_DEFAULT
+
+
+def test_peak_bytes_is_device_free_and_time_is_not():
+    eq = _equation(SEED, 64)
+    prepared = prepare_terms(eq)
+    steps = to_steps(prepared, eq.output, ((0, 1), (0, 1), (0, 1), (0, 1), (0, 1)))[0]
+    body = Body(eq.terms, prepared, steps, eq.output, "sum")
+    chunks = {2: 8}
+    peak = peak_bytes(body, eq.sizes, chunks, 4)
+    for profile in (CPU_DEFAULT, GPU_DEFAULT):
+        cost = evaluate(body, eq.sizes, chunks, 4, profile=profile)
+        assert cost.peak_bytes == peak
+        assert (cost.flops, cost.time) == estimate_time(
+            body, eq.sizes, chunks, 4, profile
+        )
+    cpu = estimate_time(body, eq.sizes, chunks, 4, CPU_DEFAULT)[1]
+    gpu = estimate_time(body, eq.sizes, chunks, 4, GPU_DEFAULT)[1]
+    assert gpu != cpu
+    # Launch and loop costs scale with the chunk count, FLOPs do not.
+    slow_loop = replace(CPU_DEFAULT, loop_seconds=1e-3)
+    assert estimate_time(body, eq.sizes, chunks, 4, slow_loop)[1] > cpu + 7e-3
+
+
+def test_profile_is_part_of_the_plan_cache_key():
+    eq = _equation(SEED, 48)
+    args = (eq, 4, "float32", 100_000, "auto", "sum")
+    cpu = make_plan(*args, profile=CPU_DEFAULT)
+    # A loop that costs a second per iteration: slice as little as possible.
+    slow = make_plan(*args, profile=replace(CPU_DEFAULT, loop_seconds=1.0))
+    assert cpu.n_chunks > slow.n_chunks, (str(cpu), str(slow))
+    assert make_plan(*args, profile=CPU_DEFAULT) is cpu
+
+
+@pytest.mark.parametrize(
+    ("subscripts", "n", "limit"),
+    [(SEED, 32, 60_000), ("ij,jk,kl->il", 64, 2**20), ("abc,cd,de->abe", 12, 8000)],
+)
+def test_ranked_candidates_are_distinct_and_all_within_the_limit(subscripts, n, limit):
+    eq = _equation(subscripts, n)
+    args = (eq, 4, "float32", limit, "auto", "sum")
+    plans = rank_plans(*args, profile=CPU_DEFAULT, count=4)
+    assert plans[0] == make_plan(*args, profile=CPU_DEFAULT)
+    assert len(plans) >= 2
+    assert all(p.peak_bytes <= limit for p in plans), [p.peak_bytes for p in plans]
+    assert len({(p.steps, p.chunks) for p in plans}) == len(plans)
