@@ -36,6 +36,17 @@ from jax.sharding import PartitionSpec as P
 import einslice
 
 
+@pytest.fixture(autouse=True, scope="module")
+def private_cache_dir(tmp_path_factory):
+    """einslice's on-disk cache (profiles, wisdom) in a temp dir, not the home one.
+
+    (Module-wide, and inherited by the two-device subprocess.)
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EINSLICE_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
 @pytest.fixture(autouse=True, params=[True, False], ids=["x64", "x32"])
 def x64(request):
     """Run the test with ``jax_enable_x64`` on, then off.

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import time
 import warnings
@@ -187,7 +188,7 @@ def _load(file) -> Found | None:
     except (ValueError, KeyError, TypeError) as error:
         warnings.warn(
             f"ignoring the corrupt search-tree cache file {str(file)!r} ({error}); "
-            "delete it to silence this warning.",
+            "the tree is searched again and the file rewritten.",
             RuntimeWarning,
             stacklevel=4,
         )
@@ -204,7 +205,7 @@ def _store(file, found: Found) -> None:
     }
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        partial = file.with_suffix(".tmp")
+        partial = file.with_suffix(f".{os.getpid()}.tmp")  # processes may race
         partial.write_text(json.dumps(data))
         partial.replace(file)
     except OSError:  # a read-only cache costs a re-search, nothing more
