@@ -190,7 +190,7 @@ def enable_compilation_cache() -> str:
         '/tmp/mine'
         >>> jax.config.update("jax_compilation_cache_dir", None)
     """
-    current = jax.config.jax_compilation_cache_dir
+    current = getattr(jax.config, "jax_compilation_cache_dir", None)
     if current:
         return str(current)
     directory = cache_dir() / "xla"

@@ -28,6 +28,7 @@ from statistics import median
 
 import jax
 import jax.numpy as jnp
+from jax import core
 
 from .._errors import EinsliceError
 from .._plan import _wisdom
@@ -76,7 +77,7 @@ def choose(
     """
     if tune == "estimate":
         return best
-    concrete = not any(isinstance(x, jax.core.Tracer) for x in arrays)
+    concrete = not any(isinstance(x, core.Tracer) for x in arrays)
     if tune == "auto" or not concrete:
         if _wisdom.has_any():
             remembered = _from_wisdom(signature(), candidates)
