@@ -77,13 +77,16 @@ def choose(
     """
     if tune == "estimate":
         return best
+    short = best.cost.time < AUTO_MEASURE_SECONDS
+    if tune == "auto" and short and not _wisdom.has_any():
+        return best  # the common case, kept cheap: most calls are small
     concrete = not any(isinstance(x, core.Tracer) for x in arrays)
     if tune == "auto" or not concrete:
         if _wisdom.has_any():
             remembered = _from_wisdom(signature(), candidates)
             if remembered is not None:
                 return remembered
-        if tune == "auto" and best.cost.time < AUTO_MEASURE_SECONDS:
+        if tune == "auto" and short:
             return best
         if not concrete:
             return best
