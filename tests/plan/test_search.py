@@ -131,7 +131,7 @@ def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
 
 def test_a_small_network_stops_after_one_trial():
     # Searching longer than the tree takes to run cannot pay: a ring of 20
-    # small matrices is searched once, not `MIN_TRIALS` times.
+    # small matrices is searched once, not `MIN_TENSOR_TRIALS / 20` times.
     terms = [(i, (i + 1) % 20) for i in range(20)]
     assert search_tree(terms, (), [4] * 20, 4, 2**20).trials == 1
 

@@ -27,9 +27,15 @@ from .._plan._cachedir import cache_dir
 from .._plan._profile import Profile, built_in
 
 
+@cache
 def device_kind() -> str:
     """The first device's kind, e.g. ``'cpu'`` or ``'NVIDIA H100 80GB HBM3'``."""
     return str(jax.devices()[0].device_kind)
+
+
+@cache
+def _platform() -> str:
+    return jax.devices()[0].platform
 
 
 def profile_path(kind: str | None = None) -> Path:
@@ -44,12 +50,13 @@ def current_profile() -> Profile:
     Else the built-in default for its platform. A stored file that cannot be
     read, or that describes another device kind, is ignored with a warning.
     """
-    return _load(profile_path(), device_kind(), jax.devices()[0].platform)
+    return _load(cache_dir(), device_kind(), _platform())
 
 
 @cache
-def _load(path: Path, kind: str, platform: str) -> Profile:
+def _load(directory: Path, kind: str, platform: str) -> Profile:
     default = replace(built_in(platform), device_kind=kind)
+    path = profile_path(kind)
     if not path.exists():
         return default
     try:
@@ -190,7 +197,7 @@ def enable_compilation_cache() -> str:
         '/tmp/mine'
         >>> jax.config.update("jax_compilation_cache_dir", None)
     """
-    current = jax.config.jax_compilation_cache_dir
+    current = getattr(jax.config, "jax_compilation_cache_dir", None)
     if current:
         return str(current)
     directory = cache_dir() / "xla"

@@ -8,6 +8,7 @@ chosen in this order: ``$EINSLICE_CACHE_DIR``; ``$XDG_CACHE_HOME/einslice``;
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 
@@ -21,9 +22,15 @@ def cache_dir() -> Path:
         '/tmp/einslice-doc'
         >>> del os.environ["EINSLICE_CACHE_DIR"]
     """
-    explicit = os.environ.get("EINSLICE_CACHE_DIR")
+    return _resolve(
+        os.environ.get("EINSLICE_CACHE_DIR"), os.environ.get("XDG_CACHE_HOME")
+    )
+
+
+@lru_cache(maxsize=64)
+def _resolve(explicit: str | None, xdg: str | None) -> Path:
+    """The directory for these variables (cached: planning asks every call)."""
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "einslice"

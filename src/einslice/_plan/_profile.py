@@ -66,6 +66,10 @@ class Profile:
     # Slicing an output index runs this much slower than a summed one.
     output_slice_penalty: float
 
+    def __hash__(self) -> int:
+        # Plans are cached on the profile: hash a few fields, not all 19.
+        return hash((self.device_kind, self.matmul_flops, self.loop_seconds))
+
     def to_json(self) -> str:
         """The profile as a JSON object (inf written as a string).
 

@@ -21,8 +21,9 @@ cheap per node.
 
 Stopping rule (what a user can state): *stop as soon as the best tree's
 estimated run time is below one trial's cost, counting each trial as
-``TRIAL_COST_PER_TENSOR`` per tensor; after ``MIN_TRIALS`` trials, stop when the
-search has cost more than the best tree's estimated run time, or after
+``TRIAL_COST_PER_TENSOR`` per tensor; after ``MIN_TENSOR_TRIALS / tensors``
+trials, stop when the search has cost more than the best tree's estimated run
+time, or after
 ``patience`` trials in a row that did not improve it; stop after ``trials``
 trials in any case, and never later than ``search_seconds`` of wall time*.
 All but the last count trials, not seconds, so a given seed gives the same tree
@@ -65,9 +66,11 @@ _TARGET_FRACTION = 1 / 8
 # suite's 36-tensor random network, 5.5 ms on CSP_11's 390 tables (kahypar,
 # greedy or elimination, then subtree reconfiguration and slicing).
 TRIAL_COST_PER_TENSOR = 5e7
-# Fewer trials than this leave kahypar's and greedy's luck to decide: on the
-# suite's random network, 3 trials gave trees estimated 5x slower than 8 did.
-MIN_TRIALS = 8
+# The search runs at least ceil(MIN_TENSOR_TRIALS / tensors) trials: fewer
+# leave kahypar's and greedy's luck to decide on small networks (the suite's
+# 36-tensor random network: 3 trials gave trees estimated 5x slower than 8),
+# while on large ones each trial costs seconds (CSP_11, 390 tables: ~2 s).
+MIN_TENSOR_TRIALS = 256
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
 
@@ -312,7 +315,7 @@ def _search(
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
             if best_time < trial_cost:
                 break  # the tree runs faster than one more trial: done
-            if done >= MIN_TRIALS and (
+            if done * len(terms) >= MIN_TENSOR_TRIALS and (
                 best_time < done * trial_cost or optimizer.trials_since_best >= patience
             ):
                 break

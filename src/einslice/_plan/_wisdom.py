@@ -42,7 +42,12 @@ def versions() -> dict[str, str]:
 
 def wisdom_path() -> Path:
     """Where wisdom is stored: ``wisdom.json`` in the cache directory."""
-    return cache_dir() / "wisdom.json"
+    return _in(cache_dir())
+
+
+@cache
+def _in(directory: Path) -> Path:
+    return directory / "wisdom.json"
 
 
 def lookup(key: str) -> dict | None:
@@ -111,7 +116,7 @@ def clear() -> None:
 
 def _ensure_loaded() -> None:
     path = wisdom_path()
-    if _source[0] == path:
+    if _source[0] is path:
         return
     _entries.clear()
     _source[0] = path
