@@ -445,8 +445,9 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
 def _tuning_section(cache: dict) -> str:
     """einslice-tuned's one tuning pass per formula: its time and its pick."""
     rows = []
-    for key, (seconds, plan) in cache.items():
+    for key, value in cache.items():
         if isinstance(key, tuple) and key[0] == "tuning":
+            seconds, plan = value
             choice = plan.choice
             picked = "estimate (nothing measured)"
             if choice is not None:

@@ -161,11 +161,14 @@ def test_optimize_still_takes_a_cotengra_optimizer():
 )
 def test_uai_instances_plan_within_256mb(name, monkeypatch):
     from einslice.pgm import read_uai
-    from einslice.pgm._infer import _prepare
 
     limit = 256 * 10**6
-    monkeypatch.setattr(_search, "default_trials", lambda n: 2)  # test time
-    prepared = _prepare(read_uai(SHARED / f"{name}.uai"), None, "log", limit,
+    from einslice.pgm import _infer
+
+    # Test time: two trials, one merged variant (the limit is the point here).
+    monkeypatch.setattr(_search, "default_trials", lambda n: 2)
+    monkeypatch.setattr(_infer, "CLUSTER_OPTIONS", (16,))
+    prepared = _infer._prepare(read_uai(SHARED / f"{name}.uai"), None, "log", limit,
                         "auto", np.dtype(np.float32))  # fmt: skip
     if prepared.plan is None:  # the network vanished (Z = 0 or all observed)
         assert prepared.network.offset == -math.inf or not prepared.network.tables
