@@ -150,31 +150,74 @@ def pair(
 
 
 def dot(left, right, dims: DimensionNumbers, **options) -> jax.Array:
-    """``lax.dot_general`` with a run of contracted axes merged into one axis.
+    """``lax.dot_general`` with runs of axes merged so XLA copies no operand.
 
     When the contracted axes are adjacent and in the same order on both sides
     they are reshaped into a single axis first (no data moves): XLA's CPU
     backend copied an operand with several contracted axes into another
-    layout before its matrix multiply. Free axes are left alone (merging them
-    measured 1.5x slower on ``ab,ac,ad->bcd``). The result is
-    ``dot_general``'s own.
+    layout before its matrix multiply. It also copies an operand with several
+    free axes on the far side of its contracted one (``[M1, M2, K]`` is fine
+    on the left, ``[K, M1, M2]`` is copied; the mirror on the right), so such
+    a run of free axes is merged too (Tucker's ``abc,ia,jb,kc->ijk``: 3
+    transposes of up to 8 MB gone, 1.3x faster). Other free axes are left
+    alone (merging them measured 1.5-2x slower on ``ab,ac,ad->bcd``). The
+    result has ``dot_general``'s own shape.
 
     Example:
         >>> x, y = jnp.ones((3, 4, 5)), jnp.ones((6, 4, 5))
         >>> dot(x, y, (((1, 2), (1, 2)), ((), ()))).shape
         (3, 6)
+        >>> dot(jnp.ones((2, 3)), jnp.ones((4, 5, 3)), (((1,), (2,)), ((), ()))).shape
+        (2, 4, 5)
     """
     (left_c, right_c), (left_b, right_b) = dims
-    if not (_is_run(left_c) and _is_run(right_c)):
+    contracted = _is_run(left_c) and _is_run(right_c)
+    # merged only when the other side is laid out as XLA wants: with both
+    # sides the wrong way round, merging measured 2x slower (``ab,ac,ad->bcd``)
+    free_l = _far_free(left, left_c, left_b, right=False)
+    free_r = _far_free(right, right_c, right_b, right=True)
+    if free_l and _far(right, right_c, right_b, right=True):
+        free_l = ()
+    if free_r and _far(left, left_c, left_b, right=False):
+        free_r = ()
+    if not (contracted or free_l or free_r):
         return lax.dot_general(left, right, dims, **options)
-    left, where_l = _merge_axes(left, [tuple(left_c)])
-    right, where_r = _merge_axes(right, [tuple(right_c)])
+    shape = (
+        *(left.shape[a] for a in left_b),
+        *(n for a, n in enumerate(left.shape) if a not in (*left_c, *left_b)),
+        *(n for a, n in enumerate(right.shape) if a not in (*right_c, *right_b)),
+    )
+    runs_l = [tuple(left_c)] if contracted else []
+    runs_r = [tuple(right_c)] if contracted else []
+    left, where_l = _merge_axes(left, runs_l + ([free_l] if free_l else []))
+    right, where_r = _merge_axes(right, runs_r + ([free_r] if free_r else []))
     merged = (
         (_moved(left_c, where_l), _moved(right_c, where_r)),
         (_moved(left_b, where_l), _moved(right_b, where_r)),
     )
-    # contracted axes are not in the result: its shape is unchanged
-    return lax.dot_general(left, right, merged, **options)
+    return lax.dot_general(left, right, merged, **options).reshape(shape)
+
+
+def _far_free(x, contracted, batch, right: bool) -> tuple[int, ...]:
+    """A run of two or more free axes of ``x`` on the far side (``_far``)."""
+    free = _free(x, contracted, batch)
+    return free if _is_run(free) and _far(x, contracted, batch, right) else ()
+
+
+def _far(x, contracted, batch, right: bool) -> bool:
+    """Whether free axes of ``x`` lie on the far side of its contracted ones.
+
+    That is before them for the right operand (``[N, K]``), after them for
+    the left one (``[K, M]``): the sides XLA's matrix multiply reads transposed.
+    """
+    free = _free(x, contracted, batch)
+    if not (free and contracted):
+        return False
+    return free[0] < min(contracted) if right else free[-1] > max(contracted)
+
+
+def _free(x, contracted, batch) -> tuple[int, ...]:
+    return tuple(a for a in range(x.ndim) if a not in (*contracted, *batch))
 
 
 def _is_run(axes: Sequence[int]) -> bool:
