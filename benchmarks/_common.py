@@ -27,7 +27,7 @@ def environment_lines(device, extra=()):
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return [
-        f"- device: {device.name} ({device.platform}); jax {jax.__version__}; "
+        f"- device: {device.device_kind} ({device.platform}); jax {jax.__version__}; "
         f"Python {platform.python_version()}",
         f"- date: {time.strftime('%Y-%m-%d %H:%M %Z')}; load average at start "
         f"{load:.2f} on {os.cpu_count()} cores",

@@ -10,8 +10,10 @@ depends on the Python that traced it.
     PYTHONPATH=src python benchmarks/unsliced_parity.py \\
         [--only seed-3,tucker] [--before /tmp/before/src] [--rounds 15]
 
-Prints, per formula, the medians and ratio greedy / einslice (above 1:
-einslice faster), and the number of copy/transpose fusions in each program.
+Prints, per formula, the median and minimum time of each program, the
+ratio greedy / einslice (above 1: einslice faster; the minimum is steadier
+on a loaded machine), the copy/transpose instructions in each program, and
+whether the before and after programs differ at all.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ def _time(programs, ops, rounds: int) -> list[float]:
             for _ in range(inner):
                 jax.block_until_ready(c(*ops))
             times[k].append((time.perf_counter() - t0) / inner)
-    return [statistics.median(t) for t in times]
+    return [(statistics.median(t), min(t)) for t in times]
 
 
 def main() -> None:
@@ -143,16 +145,20 @@ def main() -> None:
         ops = operands[f.name]
         shown = [k for k in (*labels, "scan_einsum") if k in progs]
         timed = _time([progs[k] for k in shown], ops, args.rounds)
-        medians = dict(zip(shown, timed, strict=True))
-        cells = [f"{k} {medians[k] * 1e3:8.3f} ms ({_copies(progs[k])} copies)"
+        medians = {k: t[0] for k, t in zip(shown, timed, strict=True)}
+        mins = {k: t[1] for k, t in zip(shown, timed, strict=True)}
+        cells = [f"{k} {medians[k] * 1e3:.3g} ms (min {mins[k] * 1e3:.3g}; "
+                 f"{_copies(progs[k])} copies)"
                  for k in shown]  # fmt: skip
         if "before" in progs:
             same = _program(progs["before"]) == _program(progs["einslice"])
             cells.append("same program" if same else "program changed")
-        ratios = [f"{k} {medians['greedy'] / medians[k]:.2f}x"
+        ratios = [f"{k} {medians['greedy'] / medians[k]:.2f}x "
+                  f"(min {mins['greedy'] / mins[k]:.2f}x)"
                   for k in labels if k != "greedy"]  # fmt: skip
         if "scan_einsum" in medians:
-            ratios += [f"scan_einsum/{k} {medians['scan_einsum'] / medians[k]:.2f}x"
+            ratios += [f"scan_einsum/{k} {medians['scan_einsum'] / medians[k]:.2f}x "
+                       f"(min {mins['scan_einsum'] / mins[k]:.2f}x)"
                        for k in labels if k != "greedy"]  # fmt: skip
         print(f"{f.name:15s} " + " | ".join(cells)
               + "  greedy/einslice: " + ", ".join(ratios), flush=True)  # fmt: skip

@@ -9,6 +9,7 @@ same function computed without any plan.
 from __future__ import annotations
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -355,3 +356,33 @@ def test_output_only_operand_multiplied_after_the_loop(semiring):
 
     for got, want in zip(grads("120kB"), grads("1GB"), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def _count(jaxpr, name: str) -> int:
+    """How many ``name`` equations a jaxpr holds, sub-jaxprs included."""
+    total = 0
+    for eqn in jaxpr.eqns:
+        total += eqn.primitive.name == name
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            total += _count(sub, name)
+    return total
+
+
+@pytest.mark.parametrize("semiring", ["sum", "max"])
+def test_unsliced_jvp_traces_the_steps_once(semiring):
+    # Unsliced, one jax.jvp gives value and tangent: each step's dot_general
+    # (max: its reduce_max) appears once for the value and once per tangent,
+    # not once more for a separate forward pass (compile time, issue 12).
+    xs = [jnp.full((3, 3), 0.5) for _ in range(5)]
+    p = einslice.plan("ab,bc,cd,de,ef->af", *xs, semiring=semiring)
+    assert not p.sliced and len(p.steps) == 4
+    jaxpr = jax.make_jaxpr(lambda *a: jax.jvp(p, a, a))(*xs).jaxpr
+    if semiring == "sum":
+        assert _count(jaxpr, "dot_general") == 3 * len(p.steps)
+    else:
+        assert _count(jaxpr, "reduce_max") == len(p.steps)
+    value, tangent = jax.jvp(p, tuple(xs), tuple(xs))
+    expected = jnp.linalg.multi_dot(xs) if semiring == "sum" else None
+    if expected is not None:
+        np.testing.assert_allclose(value, expected, rtol=1e-6)
+        np.testing.assert_allclose(tangent, 5 * expected, rtol=1e-6)

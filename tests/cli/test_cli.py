@@ -82,11 +82,13 @@ def test_bench_skips_what_would_exceed_max_seconds(tmp_path, capsys):
 
 def test_bench_suite_on_tiny_shapes(tmp_path, capsys):
     only = "seed-3,attention,random-network"
-    methods = "einslice,jnp.einsum,opt_einsum"
+    methods = "einslice,einslice-tuned,jnp.einsum,opt_einsum"
     code = _bench(tmp_path, f"--suite --only {only} --scale 0.1 --methods {methods}")
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "geometric-mean speed-up" in out
+    assert "einslice-tuned vs the best peer that fit" in out
+    assert re.search(r"\| seed-3 \| [0-9.]+ \| \d+ of \d+: path", out), out
     for name in ("suite.md", "suite.csv", "suite.png"):
         assert (tmp_path / name).stat().st_size > 0
     rows = _rows(tmp_path / "suite.csv")
@@ -183,3 +185,12 @@ def test_python_dash_m_einslice():
 def test_uai_subcommand_is_registered(capsys):
     assert main(["uai", "--help"]) == 0
     assert "uai" in capsys.readouterr().out
+
+
+def test_tuning_section_skips_other_cache_entries():
+    from einslice._cli import _tuning_section
+
+    plan = einslice.plan("ij,jk->ik", (4, 4), (4, 4))
+    cache = {("cotengra", "f"): object(), ("tuning", "f"): (1.5, plan)}
+    text = _tuning_section(cache)
+    assert "| f | 1.50 | estimate (nothing measured) |" in text

@@ -22,7 +22,7 @@ from jax import lax
 from .._errors import MemoryLimitError
 from .._plan._memory import format_bytes
 from .._plan._types import Plan
-from . import _semiring
+from . import _scaled, _semiring
 from ._scan import Part, chunk_body, sweep
 from ._semiring import Config
 from ._shard import (
@@ -87,6 +87,8 @@ def _contract_jvp(plan: Plan, config: Config, primals, tangents):
             smallest_limit=plan.gradient_limit,
             flops=plan.tangent_cost.flops,
         )
+    if _one_pass(plan):
+        return _unsliced_jvp(plan, config, primals, tangents)
     out = contract(plan, config, *primals)
     if splits(plan, plan.tangent_chunks):
 
@@ -98,6 +100,40 @@ def _contract_jvp(plan: Plan, config: Config, primals, tangents):
         specs = (operand_specs(plan),) * 2 + (output_spec(plan),)
         return out, split(plan, True, run, reduce, args, specs)
     return out, tangent_sweep(plan, config, primals, tangents, out)
+
+
+def _one_pass(plan: Plan) -> bool:
+    """Whether one ``jax.jvp`` gives the value (as the forward computes it) and tangent.
+
+    When neither pass is sliced (nor split) the tangent sweep is a single
+    chunk; tracing a separate forward pass as well doubled the program (an
+    unsliced 48-step "log" lattice: 3501 ops instead of 2091, trace 7.6 s
+    instead of 2.9 s). Not for a "log" chunk in scaled form, whose value
+    differs (within rounding) from the per-step rule its JVP runs.
+    """
+    if plan.chunks or plan.tangent_chunks or splits(plan, ()):
+        return False
+    return plan.semiring != "log" or not _scaled.applies(plan, {})
+
+
+def _unsliced_jvp(plan: Plan, config: Config, primals, tangents):
+    """The value and tangent of an unsliced contraction from one ``jax.jvp``.
+
+    The tangent is the tangent sweep's with its single chunk: zero where the
+    value is not finite ("log") or NaN ("max").
+    """
+
+    def body(*ops):
+        return chunk_body(plan, {}, ops, {}, {}, config)
+
+    value, tangent = jax.jvp(body, tuple(primals), tuple(tangents))
+    dtype = _out_dtype(plan, config, primals)
+    value, tangent = value.astype(dtype), tangent.astype(dtype)
+    if plan.semiring == "log":
+        tangent = jnp.where(jnp.isfinite(value), tangent, 0)
+    elif plan.semiring == "max":
+        tangent = jnp.where(value == value, tangent, 0)
+    return value, tangent
 
 
 def tangent_sweep(

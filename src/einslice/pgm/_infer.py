@@ -21,7 +21,7 @@ import numpy as np
 
 import einslice
 
-from .._api import default_memory_limit
+from .._api import CHEAP_COMPILE, cheap_to_run, default_memory_limit
 from .._errors import EinsliceError
 from .._plan._memory import parse_memory_limit
 from .._plan._search import Found, search_tree
@@ -85,6 +85,16 @@ class _Prepared:
     def run(self, operands) -> jax.Array:
         assert self.plan is not None  # Why: callers check for a trivial network
         return self.plan(*operands)
+
+    def jit(self, fun: Callable) -> Callable:
+        """``jax.jit(fun)`` compiled as the plan's own calls are (see ``cheap_to_run``).
+
+        A derivative traces the plan inside ``fun``, where only this top-level
+        jit can pass compiler options.
+        """
+        assert self.plan is not None
+        cheap = cheap_to_run(self.plan)
+        return jax.jit(fun, compiler_options=CHEAP_COMPILE if cheap else None)
 
 
 def log_partition(
@@ -403,7 +413,7 @@ def _marginals(
     if prepared.plan is None:
         value, grads = 0.0, ()
     else:
-        value_, grads_ = jax.value_and_grad(lambda ops: prepared.run(ops))(
+        value_, grads_ = prepared.jit(jax.value_and_grad(prepared.run))(
             prepared.operands()
         )
         value = float(value_)
@@ -503,7 +513,7 @@ def _decode(prepared: _Prepared) -> tuple[float, list[int]]:
         if noise:
             tables = tuple(t + rng.uniform(0, noise, t.shape) for t in tables)
         try:
-            grads = jax.grad(lambda ops: prepared.run(ops))(prepared.operands(tables))
+            grads = prepared.jit(jax.grad(prepared.run))(prepared.operands(tables))
         except Exception:  # the max-semiring derivative is optional in the core
             break
         x = _argmax_states(network, [np.asarray(g) for g in grads])
