@@ -12,7 +12,7 @@ import pytest
 from cotengra.utils import lattice_equation, randreg_equation
 
 import einslice
-from einslice._plan import _search
+from einslice._plan import _planner, _search
 from einslice._plan._search import search_tree
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "uai"
@@ -38,7 +38,7 @@ def _interleaved(terms, output, sizes):
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path))
     _search._cached.cache_clear()
-    einslice._plan._planner.make_plan.cache_clear()
+    _planner.make_plan.cache_clear()
 
 
 @pytest.mark.parametrize(
