@@ -12,7 +12,7 @@ import pytest
 from cotengra.utils import lattice_equation, randreg_equation
 
 import einslice
-from einslice._plan import _search
+from einslice._plan import _planner, _search
 from einslice._plan._search import search_tree
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "uai"
@@ -38,14 +38,14 @@ def _interleaved(terms, output, sizes):
 def _fresh(tmp_path, monkeypatch):
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path))
     _search._cached.cache_clear()
-    einslice._plan._planner.make_plan.cache_clear()
+    _planner.make_plan.cache_clear()
 
 
 @pytest.mark.parametrize(
     ("name", "equation", "limit"),
     [
-        ("randreg-30", randreg_equation(30, 3, d_min=2, d_max=4, seed=3), 2**14),
-        ("lattice-6x6", lattice_equation([6, 6], d_min=2, d_max=3, seed=1), 2**14),
+        ("randreg-30", randreg_equation(30, 3, d_min=2, d_max=4, seed=3), 2**13),
+        ("lattice-6x6", lattice_equation([6, 6], d_min=2, d_max=3, seed=1), 2**13),
         ("randreg-100", randreg_equation(100, 3, d_min=2, d_max=2, seed=1), 2**16),
     ],
 )
@@ -129,11 +129,12 @@ def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
     assert json.loads(files[0].read_text())["path"] == [list(p) for p in found.path]
 
 
-def test_a_small_network_stops_after_one_trial():
+def test_a_cheap_network_stops_after_the_minimum_of_trials():
     # Searching longer than the tree takes to run cannot pay: a ring of 20
-    # small matrices is searched once, not `MIN_TENSOR_TRIALS / 20` times.
+    # small matrices gets ceil(MIN_TENSOR_TRIALS / 20) trials, not its budget.
     terms = [(i, (i + 1) % 20) for i in range(20)]
-    assert search_tree(terms, (), [4] * 20, 4, 2**20).trials == 1
+    found = search_tree(terms, (), [4] * 20, 4, 2**20, trials=32, patience=32)
+    assert found.trials == math.ceil(_search.MIN_TENSOR_TRIALS / 20)
 
 
 def test_a_30_tensor_search_takes_well_under_a_second():
@@ -142,7 +143,8 @@ def test_a_30_tensor_search_takes_well_under_a_second():
     terms, output, sizes = _network(randreg_equation(30, 3, d_min=2, d_max=4, seed=2))
     start = time.perf_counter()
     search_tree(terms, output, sizes, 4, 2**14)
-    assert time.perf_counter() - start < 1.5  # generous: 2 shared cores
+    # ~0.2 s on a quiet 2-core CPU; generous for cores shared with other jobs.
+    assert time.perf_counter() - start < 5
 
 
 def test_optimize_still_takes_a_cotengra_optimizer():

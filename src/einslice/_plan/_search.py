@@ -19,13 +19,12 @@ reconfiguration, choosing which index to slice) keep cotengra's flops + write
 "combo" cost, which is what einslice's traffic-aware model mostly sees and is
 cheap per node.
 
-Stopping rule (what a user can state): *stop as soon as the best tree's
-estimated run time is below one trial's cost, counting each trial as
-``TRIAL_COST_PER_TENSOR`` per tensor; after ``MIN_TENSOR_TRIALS / tensors``
-trials, stop when the search has cost more than the best tree's estimated run
-time, or after
-``patience`` trials in a row that did not improve it; stop after ``trials``
-trials in any case, and never later than ``search_seconds`` of wall time*.
+Stopping rule (what a user can state): *after ``MIN_TENSOR_TRIALS / tensors``
+trials (at least one), stop when the trials so far cost more than the best
+tree's estimated run time, counting each trial as ``TRIAL_COST_PER_TENSOR``
+per tensor, or after ``patience`` trials in a row that did not improve it; stop
+after ``trials`` trials in any case, and never later than ``search_seconds`` of
+wall time*.
 All but the last count trials, not seconds, so a given seed gives the same tree
 on any machine, loaded or not; the wall-time cap is a safety net only (a
 search it cuts short is not reproducible, so it is not stored on disk).
@@ -61,11 +60,13 @@ _VERSION = 1
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
 _TARGET_FRACTION = 1 / 8
-# What one trial costs, in the cost model's units (about one FLOP each, taken
-# as 1e10 per second), per tensor: measured 0.6 ms per tensor per trial on the
-# suite's 36-tensor random network, 5.5 ms on CSP_11's 390 tables (kahypar,
-# greedy or elimination, then subtree reconfiguration and slicing).
-TRIAL_COST_PER_TENSOR = 5e7
+# What one trial costs, in the cost model's units, per tensor: measured 0.6 ms
+# per tensor per trial on the suite's 36-tensor random network, 5.5 ms on
+# CSP_11's 390 tables (kahypar, greedy or elimination, then subtree
+# reconfiguration and slicing), at ~1e11 units per second (the random network's
+# best tree: estimated 4.3e9 units, ran in 0.02 s on this 2-core CPU; 1e10 made
+# Grids_15 search ~100 s for a 4 s contraction).
+TRIAL_COST_PER_TENSOR = 5e8
 # The search runs at least ceil(MIN_TENSOR_TRIALS / tensors) trials: fewer
 # leave kahypar's and greedy's luck to decide on small networks (the suite's
 # 36-tensor random network: 3 trials gave trees estimated 5x slower than 8),
@@ -313,8 +314,6 @@ def _search(
             optimizer.search(inputs, tuple(output), size_dict)
             best_time = optimizer.best.get("einslice_time", math.inf)
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
-            if best_time < trial_cost:
-                break  # the tree runs faster than one more trial: done
             if done * len(terms) >= MIN_TENSOR_TRIALS and (
                 best_time < done * trial_cost or optimizer.trials_since_best >= patience
             ):
