@@ -60,13 +60,16 @@ _VERSION = 1
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
 _TARGET_FRACTION = 1 / 8
-# What one trial costs, in the cost model's units, per tensor: measured 0.6 ms
-# per tensor per trial on the suite's 36-tensor random network, 5.5 ms on
-# CSP_11's 390 tables (kahypar, greedy or elimination, then subtree
-# reconfiguration and slicing), at ~1e11 units per second (the random network's
-# best tree: estimated 4.3e9 units, ran in 0.02 s on this 2-core CPU; 1e10 made
-# Grids_15 search ~100 s for a 4 s contraction).
-TRIAL_COST_PER_TENSOR = 5e8
+# What one trial costs per tensor, in the cost model's estimated seconds
+# (``Cost.time``): measured 0.6 ms per tensor per trial on the suite's
+# 36-tensor random network, 5.5 ms on CSP_11's 390 tables (kahypar, greedy or
+# elimination, then subtree reconfiguration and slicing). The model's seconds
+# (CPU_DEFAULT profile) read ~3x below measured times of these trees (the
+# random network's best tree: estimated 4.3e9 FLOP-units = 14 ms, ran in ~20 ms
+# here; a larger trial cost made Grids_15 search ~100 s for a 4 s
+# contraction), so a ~5 ms trial counts as 5e8 FLOP-units at the CPU profile's
+# 3e11 FLOP/s.
+TRIAL_COST_PER_TENSOR = 5e8 / 3e11
 # The search runs at least ceil(MIN_TENSOR_TRIALS / tensors) trials: fewer
 # leave kahypar's and greedy's luck to decide on small networks (the suite's
 # 36-tensor random network: 3 trials gave trees estimated 5x slower than 8),
@@ -236,7 +239,8 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring):
                     cost.peak_bytes / memory_limit
                 )
             trial["einslice_time"] = cost.time
-            return math.log2(max(score, 2.0))
+            # Cost.time is in seconds: log2 keeps optuna's steps scale-free.
+            return math.log2(max(score, 1e-15))
 
     return EinsliceTime()
 

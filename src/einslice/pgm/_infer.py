@@ -327,7 +327,7 @@ def _resolve(
             found = _search(variant, semiring, limit, dtype.itemsize)
             groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
             merged = merge(variant, groups)
-            seconds = found.time / UNITS_PER_SECOND
+            seconds = found.time * MEASURED_PER_ESTIMATED
             options.append((seconds + COMPILE_SECONDS * len(groups), merged, path))
         _, merged, path = min(options, key=lambda o: o[0])
         return merged, path
@@ -351,9 +351,11 @@ AUTO_CORE_MAX_TABLES = 12
 # cost the tree dearly (CSP_11: 10^8.3 FLOPs unmerged, 10^10.1 at 64 entries):
 # each variant is searched and the best estimate of run + compile time wins.
 CLUSTER_OPTIONS = (0, 16, 64)
-# The cost model's units per second (about FLOPs on a CPU), and what one table
-# adds to the compile time of a "log" plan (Segmentation_11: 510 tables, ~19 s).
-UNITS_PER_SECOND = 1e10
+# Measured seconds per estimated second (``Cost.time``) of these "log" plans
+# of small tables: the model's CPU profile counts 3e11 FLOP/s, they ran at
+# ~1e10. And what one table adds to the compile time of a "log" plan
+# (Segmentation_11: 510 tables, ~19 s).
+MEASURED_PER_ESTIMATED = 30.0
 COMPILE_SECONDS = 0.04
 
 
