@@ -50,6 +50,7 @@ from . import _elimination as elimination
 from ._cachedir import cache_dir
 from ._cost import Body, chunked_sizes, evaluate, ranking
 from ._order import to_steps
+from ._profile import CPU_DEFAULT
 from ._types import Cost
 
 Path = tuple[tuple[int, ...], ...]
@@ -69,7 +70,7 @@ _TARGET_FRACTION = 1 / 8
 # here; a larger trial cost made Grids_15 search ~100 s for a 4 s
 # contraction), so a ~5 ms trial counts as 5e8 FLOP-units at the CPU profile's
 # 3e11 FLOP/s.
-TRIAL_COST_PER_TENSOR = 5e8 / 3e11
+TRIAL_COST_PER_TENSOR = 5e8 / CPU_DEFAULT.matmul_flops
 # The search runs at least ceil(MIN_TENSOR_TRIALS / tensors) trials: fewer
 # leave kahypar's and greedy's luck to decide on small networks (the suite's
 # 36-tensor random network: 3 trials gave trees estimated 5x slower than 8),
@@ -239,8 +240,9 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring):
                     cost.peak_bytes / memory_limit
                 )
             trial["einslice_time"] = cost.time
-            # Cost.time is in seconds: log2 keeps optuna's steps scale-free.
-            return math.log2(max(score, 1e-15))
+            # cotengra transforms scores as if positive and > 1 (a log of a
+            # sub-second time went complex): score in FLOP-time units.
+            return math.log2(max(score * CPU_DEFAULT.matmul_flops, 2.0))
 
     return EinsliceTime()
 
