@@ -11,7 +11,7 @@ from typing import cast
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
+from jax import core, lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from ._errors import EinsliceError, EinsliceNotImplementedError, EinsliceTypeError
@@ -234,7 +234,7 @@ def execute_plan(
             "shapes."
         )
     config = Config(precision=precision, preferred_element_type=preferred_element_type)
-    traced = any(isinstance(x, jax.core.Tracer) for x in operands)
+    traced = any(isinstance(x, core.Tracer) for x in operands)
     run = _run_cheap if cheap_to_run(p) and not traced else _run
     return run(p, config, *operands)
 

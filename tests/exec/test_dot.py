@@ -45,4 +45,5 @@ def test_tucker_compiles_without_copies():
         .compile()
         .as_text()
     )
+    assert text is not None
     assert not [line for line in text.splitlines() if " copy(" in line]

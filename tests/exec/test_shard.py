@@ -240,7 +240,8 @@ def test_error_mesh_axis():
     with pytest.raises(
         einslice.EinsliceError, match=re.escape("mesh='x' is not a jax.sharding")
     ):
-        einslice.plan("ij,jk->ik", (2, 2), (2, 2), mesh="x")
+        # deliberately not a Mesh: the check under test
+        einslice.plan("ij,jk->ik", (2, 2), (2, 2), mesh="x")  # pyright: ignore[reportArgumentType]
 
 
 # Operands the caller already split (issue 6): used in place, not gathered.

@@ -79,7 +79,8 @@ def test_results_equal_a_float64_numpy_contraction(seed):
     args = []
     for array, term in zip(arrays, terms, strict=True):
         args += [array, list(term)]
-    expected = opt_einsum.contract(*args, list(output), backend="numpy")
+    # opt_einsum's BackendType Literal omits "numpy", which it accepts
+    expected = opt_einsum.contract(*args, list(output), backend="numpy")  # pyright: ignore[reportCallIssue, reportArgumentType]
     got = einslice.einsum(*args, list(output), memory_limit=2**13)
     assert einslice.plan(
         *_interleaved(terms, output, sizes), memory_limit=2**13
@@ -151,7 +152,8 @@ def test_optimize_still_takes_a_cotengra_optimizer():
     import cotengra
 
     terms, output, sizes = _network(lattice_equation([4, 4], d_min=2, seed=0))
-    optimizer = cotengra.HyperOptimizer(max_repeats=2, parallel=False)
+    # cotengra is unannotated: pyright takes parallel's type (str) from its default
+    optimizer = cotengra.HyperOptimizer(max_repeats=2, parallel=False)  # pyright: ignore[reportArgumentType]
     plan = einslice.plan(*_interleaved(terms, output, sizes), optimize=optimizer)
     assert len(plan.path) == len(terms) - 1
     assert _search._cached.cache_info().misses == 0  # the search did not run

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
+from typing import cast
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import DTypeLike
 
 from .._errors import MemoryLimitError
 from .._plan._memory import format_bytes
@@ -143,7 +145,7 @@ def tangent_sweep(
     tangents: Sequence[jax.Array],
     out: jax.Array,
     part: Part | None = None,
-) -> jax.Array:
+) -> jax.Array | tuple[jax.Array, jax.Array]:
     """The output tangent, one chunk at a time.
 
     "sum" adds the chunks' tangents; "log" weights each by its share of the
@@ -200,5 +202,5 @@ def tangent_sweep(
 
 def _out_dtype(plan: Plan, config: Config, operands: Sequence[jax.Array]):
     if config.preferred_element_type is not None:
-        return jnp.dtype(config.preferred_element_type)
+        return jnp.dtype(cast("DTypeLike", config.preferred_element_type))
     return jnp.result_type(*operands) if operands else jnp.float32

@@ -11,9 +11,10 @@ blocks need no mask, since rewriting the same values is harmless.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from math import prod
-from typing import NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -110,12 +111,15 @@ def chunk_grid(
     return starts, valid
 
 
-Init = Callable[[tuple[int, ...], Starts], object]
-Step = Callable[[object, Starts, Valid], object]
-Finish = Callable[[object, Starts], jax.Array]
+# A block's carry: an array or a tuple of arrays (a pytree), as ``init`` makes it.
+Carry = Any
+Init = Callable[[tuple[int, ...], Starts], Carry]
+Step = Callable[[Carry, Starts, Valid], Carry]
+Finish = Callable[[Carry, Starts], jax.Array]
 
 
-class Part(NamedTuple):
+@dataclass(frozen=True)
+class Part:
     """One device's share of the summed grid: chunk numbers [start, start + count)."""
 
     start: jax.Array
@@ -185,7 +189,7 @@ def sweep(
 
     def outer(out, t):
         starts, _ = chunk_grid(sizes, chunks, out_indices, t)
-        where = [starts.get(i, jnp.int32(0)) for i in eq.output]
+        where = [starts[i] if i in starts else jnp.int32(0) for i in eq.output]
         write = partial(lax.dynamic_update_slice, start_indices=where)
         return jax.tree.map(write, out, block(starts)), None
 

@@ -23,6 +23,7 @@ leaves ``shard_map`` split along that output dimension.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -94,8 +95,8 @@ def output_spec(plan: Plan) -> PartitionSpec:
 def split(
     plan: Plan,
     tangent: bool,
-    run: Callable[..., object],
-    reduce: Callable[[object, str], jax.Array],
+    run: Callable[..., Any],
+    reduce: Callable[[Any, str], jax.Array],
     args: Sequence[object],
     specs: Sequence[object],
 ) -> jax.Array:

@@ -77,8 +77,14 @@ def trial_elimination(inputs, output, size_dict, criterion="fill"):
     kept = set(output)
     order = elimination_order(inputs, size_dict, criterion, rng)
     order = [v for v in order if v not in kept]
+    # cotengra is unannotated: pyright takes autocomplete's type (str) from its
+    # default "auto", though it accepts a bool.
     return ContractionTree.from_path(
-        inputs, output, size_dict, edge_path=order, autocomplete=True
+        inputs,
+        output,
+        size_dict,
+        edge_path=order,
+        autocomplete=True,  # pyright: ignore[reportArgumentType]
     )
 
 

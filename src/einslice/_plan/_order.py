@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from math import prod
+from typing import cast
 
 import opt_einsum
 
@@ -174,7 +175,8 @@ def find_path(
         return _named_path(tuple(terms), output, key, optimize)
     if callable(optimize):
         inputs = [tuple(t) for t in terms]
-        path = optimize(inputs, tuple(output), dict(sizes))
+        # A path optimizer returns a path; normalize_path checks its entries.
+        path = cast("Sequence[object]", optimize(inputs, tuple(output), dict(sizes)))
         return normalize_path(path)
     raise EinsliceError(
         f"optimize={optimize!r} is not understood; pass one of {list(_NAMED)}, "

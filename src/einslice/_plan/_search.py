@@ -45,6 +45,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, cast
 
 from . import _elimination as elimination
 from ._cachedir import cache_dir
@@ -52,6 +53,9 @@ from ._cost import Body, chunked_sizes, evaluate, ranking
 from ._order import to_steps
 from ._profile import CPU_DEFAULT
 from ._types import Cost
+
+if TYPE_CHECKING:
+    from cotengra import ContractionTree
 
 Path = tuple[tuple[int, ...], ...]
 
@@ -287,15 +291,17 @@ def _search(
     reconf_iterations = max(16, len(terms))
     target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
     objective = _objective(terms, output, sizes, itemsize, memory_limit, semiring)
+    # cotengra is unannotated: pyright takes each option's type from its default
+    # (str for "size", "auto", None-or-str...), so the ignores below are its, not ours.
     optimizer = cotengra.HyperOptimizer(
         methods=methods,
-        minimize=objective,
+        minimize=objective,  # pyright: ignore[reportArgumentType]
         max_repeats=1,  # one trial per call: the loop below decides when to stop
-        parallel=False,
+        parallel=False,  # pyright: ignore[reportArgumentType]
         optlib="optuna",
         optlib_opts={"sampler_opts": {"seed": seed}},
-        reconf_opts={"subtree_size": 5, "maxiter": reconf_iterations},
-        slicing_reconf_opts={
+        reconf_opts={"subtree_size": 5, "maxiter": reconf_iterations},  # pyright: ignore[reportArgumentType]
+        slicing_reconf_opts={  # pyright: ignore[reportArgumentType]
             "target_size": target,
             # Slice 16x per round (not cotengra's 2x) and reconfigure lightly:
             # the reconfiguration after each round dominates the trial's time.
@@ -329,7 +335,9 @@ def _search(
                 break
     finally:
         random.setstate(state)
-    tree = optimizer.tree
+    # ``tree`` is ``best["tree"]``; pyright infers ``best`` as dict[str, float]
+    # from cotengra's initial {"score": inf, ...}.
+    tree = cast("ContractionTree", optimizer.tree)
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
     best = optimizer.best
     found = Found(

@@ -43,7 +43,8 @@ class Operands:
     @cached_property
     def torch(self) -> list[object]:
         """The operands as torch tensors sharing numpy's memory."""
-        import torch
+        # torch comes with the bench extra, absent where CI type-checks
+        import torch  # pyright: ignore[reportMissingImports]
 
         return [torch.from_numpy(x) for x in self.numpy]
 
@@ -391,7 +392,8 @@ def _cotengra(backend: str) -> Callable[[Formula, Operands, Context], Runner]:
 
 def _torch_einsum(formula: Formula, operands: Operands, ctx: Context) -> Runner:
     """torch.einsum (CPU build), which follows opt_einsum's path."""
-    import torch
+    # torch comes with the bench extra, absent where CI type-checks
+    import torch  # pyright: ignore[reportMissingImports]
 
     letters = formula.letters()
     if letters is None:
@@ -414,7 +416,8 @@ def _torch_semiring(formula: Formula, operands: Operands, ctx: Context) -> Runne
     ``S`` summed indices holds about ``4 * itemsize * P * b**S`` bytes, where
     ``P`` is the product of the output sizes (measured here).
     """
-    import torch_semiring_einsum as tse
+    # the bench extra's, absent where CI type-checks
+    import torch_semiring_einsum as tse  # pyright: ignore[reportMissingImports]
 
     letters = formula.letters()
     if letters is None:
