@@ -33,7 +33,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from einslice._api import CHEAP_COMPILE, cheap_to_run  # noqa: E402
+from einslice._exec._run import CHEAP_COMPILE, cheap_to_run  # noqa: E402
 
 
 def lattice(side: int, d: int = 2):

@@ -70,12 +70,9 @@ def test_measure_never_picks_a_candidate_whose_compiled_temporaries_exceed_the_l
     limit = 40_000
     ranked = einslice.plan(CHAIN, *ops, memory_limit=limit, tune="measure")
     assert ranked.choice is not None
-    run = einslice._api._run  # type: ignore[attr-defined]
-    compiled = (
-        jax.jit(lambda *xs: run(ranked, einslice._api.Config(), *xs))  # type: ignore[attr-defined]
-        .lower(*ops)
-        .compile()
-    )
+    from einslice._exec._run import Config, _run
+
+    compiled = jax.jit(lambda *xs: _run(ranked, Config(), *xs)).lower(*ops).compile()
     analysis = compiled.memory_analysis()
     assert analysis is not None and analysis.temp_size_in_bytes <= limit
     # A candidate whose compiled temporaries exceed its limit is rejected.
@@ -86,7 +83,7 @@ def test_measure_never_picks_a_candidate_whose_compiled_temporaries_exceed_the_l
     chosen = _tune.measure(
         plans,
         ops,
-        lambda plan, xs: run(plan, einslice._api.Config(), *xs),  # type: ignore[attr-defined]
+        lambda plan, xs: _run(plan, Config(), *xs),
         "test",
     )
     assert chosen.choice is not None

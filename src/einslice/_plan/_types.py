@@ -167,7 +167,7 @@ class Plan:
     def __call__(self, *operands, precision=None, preferred_element_type=None):
         """Run the plan on operands of the planned shapes (jit/vmap/grad safe)."""
         # Imported here so that planning never imports JAX.
-        from .._api import execute_plan
+        from .._exec._run import execute_plan
 
         return execute_plan(
             self,

@@ -21,8 +21,9 @@ import numpy as np
 
 import einslice
 
-from .._api import CHEAP_COMPILE, cheap_to_run, default_memory_limit
+from .._api import default_memory_limit
 from .._errors import EinsliceError
+from .._exec._run import CHEAP_COMPILE, cheap_to_run
 from .._plan._memory import parse_memory_limit
 from .._plan._search import Found, search_tree
 from ._model import Evidence, FactorGraph

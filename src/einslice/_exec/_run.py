@@ -1,0 +1,108 @@
+"""Running a plan: operand casts, the jitted program, compile options.
+
+Kept apart from ``_api`` so that ``Plan.__call__`` runs a plan without
+importing the public entry points (no import cycle through ``_api``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import core, lax
+
+from .._errors import EinsliceError
+from .._plan._types import Plan
+from ._hoist import contract_hoisted
+from ._jvp import contract
+from ._plain import plain_einsum
+from ._semiring import Config
+from ._shard import place
+
+
+def execute_plan(
+    p: Plan, operands: Sequence, precision=None, preferred_element_type=None
+) -> jax.Array:
+    """Run a plan on operands of the shapes it was made for."""
+    shapes = tuple(tuple(np.shape(x)) for x in operands)
+    if shapes != p.equation.shapes:
+        raise EinsliceError(
+            f"this plan was made for shapes {list(p.equation.shapes)} but got "
+            f"{list(shapes)}; make a new plan with einslice.plan(...) for these "
+            "shapes."
+        )
+    config = Config(precision=precision, preferred_element_type=preferred_element_type)
+    traced = any(isinstance(x, core.Tracer) for x in operands)
+    run = _run_cheap if cheap_to_run(p) and not traced else _run
+    return run(p, config, *operands)
+
+
+# A plan of at least this many steps and at most this many FLOPs (forward) is
+# compiled with XLA's backend optimizations off: compiling, not running,
+# dominates it. On a 48-step "log" lattice (bond 2) that halved the grad's
+# compile time (27 -> 14 s, loaded machine) for 3 ms more per call; on a
+# 512² "log" triangle it would make the run 5x slower, hence the FLOPs bound.
+CHEAP_MIN_STEPS = 32
+CHEAP_MAX_FLOPS = 10**8
+CHEAP_COMPILE = {"xla_backend_optimization_level": 0}
+
+
+def cheap_to_run(p: Plan) -> bool:
+    """Whether ``p`` is compiled for compile time rather than run time.
+
+    Example:
+        >>> import einslice
+        >>> cheap_to_run(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
+        False
+    """
+    return len(p.steps) >= CHEAP_MIN_STEPS and p.flops <= CHEAP_MAX_FLOPS
+
+
+def _run_impl(p: Plan, config: Config, *operands) -> jax.Array:
+    dtype = jnp.dtype(p.dtype)
+    weak = config.preferred_element_type is None and _weak_result(operands)
+    arrays = []
+    for x, drop in zip(operands, p.equation.squeezed, strict=True):
+        x = _weak_cast(x, dtype) if weak else jnp.asarray(x).astype(dtype)
+        arrays.append(lax.squeeze(x, drop) if drop else x)
+    with jax.named_scope(f"einslice[{p.equation.text()}]"):
+        if p.lowering == "xla":
+            return plain_einsum(p, config, arrays)
+        return contract_hoisted(
+            p, place(p, arrays), lambda plan, ops: contract(plan, config, *ops)
+        )
+
+
+_run = jax.jit(_run_impl, static_argnums=(0, 1), inline=True)
+_run_cheap = jax.jit(
+    _run_impl,
+    static_argnums=(0, 1),
+    inline=True,
+    compiler_options=CHEAP_COMPILE,
+)
+
+
+def _weak_result(operands) -> bool:
+    """Whether jnp.einsum's result would be weakly typed (JAX's promotion says)."""
+    return jax.dtypes.result_type(*operands, return_weak_type_flag=True)[1]
+
+
+# A Python zero of each dtype kind: adding it converts a weakly typed operand
+# to that kind's default width and keeps it weak.
+_PYTHON_ZERO = {"b": False, "i": 0, "u": 0, "f": 0.0, "c": 0j}
+
+
+def _weak_cast(x, dtype: np.dtype) -> jax.Array:
+    """An operand in the weakly typed result type ``dtype``, itself weak.
+
+    jnp.einsum's result is weak when JAX's promotion of the operands says so
+    (all operands Python scalars, say, or ints with a Python float): it then
+    promotes as a Python scalar would. lax ops on weak operands keep that,
+    but ``astype`` drops it, so the cast is an addition of a Python zero.
+    """
+    x = jnp.asarray(x)
+    if x.dtype != dtype:  # a weak x, or a bool or int below a weak result type
+        x = x + _PYTHON_ZERO[dtype.kind]
+    return x if x.dtype == dtype else x.astype(dtype)
