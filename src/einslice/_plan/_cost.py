@@ -320,26 +320,26 @@ def _slice_read_cost(
 ) -> float:
     """Cost of copying one chunk's slice of an operand (read and write).
 
-    The slice comes from wherever the *whole* operand lives: a 12.8 MB operand
-    is read from DRAM chunk after chunk, however small each chunk is. Beyond
-    the shared cache, lines do not survive from one chunk to the next, so a
-    slice along the innermost axes reads whole 64-byte lines for each run of
-    contiguous entries: jt-marginal's ``abcd`` sliced along ``d`` in chunks of
-    5 (20-byte runs) was charged at cache speed and chosen, measured 18.2 ms
-    against 13.8 ms unsliced and 6.6 ms for greedy ``jnp.einsum``.
+    A slice is charged at the speed of the level its own bytes fit, except
+    when the whole operand lies beyond the shared cache and the slice runs
+    along its innermost axes in runs shorter than a cache line: lines do not
+    survive from one chunk to the next, so every chunk reads whole 64-byte
+    lines from DRAM for each run. jt-marginal's ``abcd`` (12.8 MB) sliced
+    along ``d`` in chunks of 5 (20-byte runs) was charged at cache speed and
+    chosen, measured 18.2 ms against 13.8 ms unsliced and 6.6 ms for greedy
+    ``jnp.einsum``. (Charging every slice of a large operand at DRAM speed
+    instead made jt-message's unsliced 148 MB plan win, measured 2x slower.)
     """
     whole = _input_size(term, sizes) * itemsize
-    size_in = _input_size(term, local) * itemsize
-    per_byte = _bytes_cost(whole, profile, units) / max(whole, 1)
-    waste = 1.0
+    copied = 2 * _input_size(term, local) * itemsize
     unique = _unique(term)
     sliced_axes = [a for a, i in enumerate(unique) if i in chunks]
     if whole > profile.shared_cache_bytes and sliced_axes:
-        innermost = sliced_axes[-1]
-        run = itemsize * prod(local[i] for i in unique[innermost:])
+        run = itemsize * prod(local[i] for i in unique[sliced_axes[-1] :])
         if run < ALIGNMENT:
-            waste = min(ALIGNMENT / run, whole / max(size_in, 1))
-    return 2 * size_in * waste * per_byte
+            waste = min(ALIGNMENT / run, 2 * whole / max(copied, 1))
+            return copied * waste * units.byte_dram
+    return _bytes_cost(copied, profile, units)
 
 
 def _bytes_cost(nbytes: float, profile: Profile, units: _Units) -> float:
