@@ -37,7 +37,9 @@ _NAMED = (
     "random-greedy-128",
 )
 # Above this many operands the exhaustive ("optimal", "dp") searches get slow,
-# so "auto" hands over to greedy; cotengra objects are the way to go further.
+# so "auto" here hands over to greedy. (The planner itself sends "auto"
+# networks of more than 12 operands to the tree search, ``_search.py``; this
+# greedy fallback serves its cheap re-plans and explicit calls.)
 _DP_MAX_OPERANDS = 12
 
 
