@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing.process
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 from cotengra.utils import lattice_equation, randreg_equation
 
 import einslice
-from einslice._plan import _planner, _search
+from einslice._plan import _kahypar, _planner, _search
 from einslice._plan._search import search_tree
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "uai"
@@ -67,6 +68,31 @@ def test_a_300_tensor_network_gets_a_tree_and_a_plan_within_the_limit(monkeypatc
     plan = einslice.plan(*_interleaved(terms, output, sizes), memory_limit=limit)
     assert plan.cost.peak_bytes <= limit
     assert plan.chunks
+
+
+def _refuse_worker_processes(monkeypatch):
+    # cotengra's own "kahypar" orders its top level in a process pool (fork, or
+    # loky's spawn): unsafe next to JAX's threads, so no method of einslice's may.
+    def refuse(process):
+        raise AssertionError(f"the search started a worker process: {process!r}")
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+
+
+@pytest.mark.parametrize("method", _search.METHODS)
+def test_the_search_starts_no_worker_processes(method, monkeypatch):
+    _refuse_worker_processes(monkeypatch)
+    monkeypatch.setattr(_search, "METHODS", (method,))
+    terms, output, sizes = _network(randreg_equation(60, 3, d_min=2, seed=4))
+    found = search_tree(terms, output, sizes, 4, 2**14, trials=2)
+    assert len(found.path) == len(terms) - 1
+
+
+def test_kahypar_trees_are_complete_and_built_in_this_process(monkeypatch):
+    _refuse_worker_processes(monkeypatch)
+    inputs, output, _, size_dict = randreg_equation(60, 3, d_min=2, seed=4)
+    tree = _kahypar.trial_kahypar(inputs, output, size_dict, parts=8)
+    assert tree.is_complete()
 
 
 @pytest.mark.parametrize("seed", [0, 5])

@@ -48,6 +48,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, cast
 
 from . import _elimination as elimination
+from . import _kahypar as kahypar
 from ._cachedir import cache_dir
 from ._cost import Body, chunked_sizes, evaluate, ranking
 from ._order import to_steps
@@ -59,8 +60,10 @@ if TYPE_CHECKING:
 
 Path = tuple[tuple[int, ...], ...]
 
+# The path finders optuna chooses between (registered with cotengra on use).
+METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 1
+_VERSION = 2
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -287,14 +290,14 @@ def _search(
     import cotengra
 
     elimination.register()
-    methods = ["kahypar", "greedy", elimination.METHOD]
+    kahypar.register()
     reconf_iterations = max(16, len(terms))
     target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
     objective = _objective(terms, output, sizes, itemsize, memory_limit, semiring)
     # cotengra is unannotated: pyright takes each option's type from its default
     # (str for "size", "auto", None-or-str...), so the ignores below are its, not ours.
     optimizer = cotengra.HyperOptimizer(
-        methods=methods,
+        methods=list(METHODS),
         minimize=objective,  # pyright: ignore[reportArgumentType]
         max_repeats=1,  # one trial per call: the loop below decides when to stop
         parallel=False,  # pyright: ignore[reportArgumentType]
