@@ -276,6 +276,19 @@ def _record_memory(
         cell.over_limit = cell.memory > limit
 
 
+QUIET_SECONDS = 0.1
+"""Pause before each method's turn. Other runtimes' worker threads keep
+spinning after a call (torch's OpenMP, numpy's OpenBLAS, XLA's own pool): on 2
+cores the jitted call right after a torch.einsum ran up to 4x slower (suite
+attention: 20.6 ms after torch, 4.2 ms after jnp.einsum), and since turns
+rotate in a fixed cycle the same method always followed torch."""
+
+LEAD_IN_BELOW = 0.05
+"""Calls faster than this (seconds) get one untimed call at the start of each
+turn: the previous method's data left the caches cold (measured: the first of
+two identical einslice plans ran 1.5x slower at n=128)."""
+
+
 def _time_interleaved(
     prepared: list[tuple[Cell, Runner]],
     formula: Formula,
@@ -285,15 +298,18 @@ def _time_interleaved(
     budget: float,
     bar: _Bar,
 ) -> dict[str, np.ndarray]:
-    """Warm each runner up, then time them in rounds: ABC BCA CAB ...
+    """Warm each runner up, then time them in turns: A B C, B C A, C A B ...
 
-    Each method gets the rounds :func:`timed_runs` gives it (``repeats``, more
-    for very fast calls, fewer when ``budget`` is short); one slower than
+    Each method gets the timed runs :func:`timed_runs` gives it (``repeats``,
+    more for very fast calls, fewer when ``budget`` is short), spread over at
+    most ``repeats`` turns, so load coming and going falls on all alike. A turn
+    starts with a :data:`QUIET_SECONDS` pause and, for fast calls, an untimed
+    call, so no method pays for the one before it. A method slower than
     ``budget`` keeps its warm-up run as the measurement, as :func:`time_call`
     does.
     """
     results: dict[str, np.ndarray] = {}
-    rounds: dict[str, int] = {}
+    runs: dict[str, int] = {}
     warm_time: dict[str, float] = {}
     ready: list[tuple[Cell, Runner]] = []
     for cell, runner in prepared:
@@ -310,24 +326,42 @@ def _time_interleaved(
         results[cell.method] = _to_numpy(warm.result)
         warm_time[cell.method] = warm.median
         slow = warm.median >= budget
-        rounds[cell.method] = 0 if slow else timed_runs(warm.median, repeats, budget)
+        runs[cell.method] = 0 if slow else timed_runs(warm.median, repeats, budget)
         ready.append((cell, runner))
-    times: dict[str, list[float]] = {cell.method: [] for cell, _ in ready}
-    for r in range(max(rounds.values(), default=0)):
-        # Each round starts one method later: whichever runs first after the
-        # previous round's largest call finds the caches cold (measured: the
-        # first of two identical einslice plans ran 1.5x slower at n=128).
-        shift = r % max(len(ready), 1)
-        for cell, runner in ready[shift:] + ready[:shift]:
-            if r < rounds[cell.method]:
-                start = time.perf_counter()
-                runner.call()
-                times[cell.method].append(time.perf_counter() - start)
+    times = _timed_turns(ready, runs, warm_time, max(repeats, 1))
     for cell, _ in ready:
-        runs = times[cell.method] or [warm_time[cell.method]]
-        cell.seconds, cell.runs = statistics.median(runs), len(runs)
+        timed = times[cell.method] or [warm_time[cell.method]]
+        cell.seconds, cell.runs = statistics.median(timed), len(timed)
         bar.update(1)
     return results
+
+
+def _timed_turns(
+    ready: list[tuple[Cell, Runner]],
+    runs: dict[str, int],
+    warm_time: dict[str, float],
+    max_turns: int,
+) -> dict[str, list[float]]:
+    """Each method's timed runs, taken in up to ``max_turns`` rotating turns."""
+    turns = {m: min(n, max_turns) for m, n in runs.items()}
+    times: dict[str, list[float]] = {cell.method: [] for cell, _ in ready}
+    for t in range(max(turns.values(), default=0)):
+        # Each round starts one method later, so none is always first.
+        shift = t % max(len(ready), 1)
+        for cell, runner in ready[shift:] + ready[:shift]:
+            method = cell.method
+            if t >= turns[method]:
+                continue
+            # this turn's share of the runs: the first turns take the remainder
+            count = runs[method] // turns[method] + (t < runs[method] % turns[method])
+            time.sleep(QUIET_SECONDS)
+            if warm_time[method] < LEAD_IN_BELOW:
+                runner.call()
+            for _ in range(count):
+                start = time.perf_counter()
+                runner.call()
+                times[method].append(time.perf_counter() - start)
+    return times
 
 
 def _to_numpy(result: object) -> np.ndarray:
