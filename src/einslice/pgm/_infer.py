@@ -23,7 +23,7 @@ import einslice
 
 from .._api import default_memory_limit
 from .._errors import EinsliceError
-from .._exec._run import CHEAP_COMPILE, cheap_to_run
+from .._exec._run import compile_options
 from .._plan._memory import parse_memory_limit
 from .._plan._search import Found, search_tree
 from ._model import Evidence, FactorGraph
@@ -88,17 +88,20 @@ class _Prepared:
         return self.plan(*operands)
 
     def jit(self, fun: Callable) -> Callable:
-        """``fun`` compiled as the plan's own calls are (see ``cheap_to_run``).
+        """``fun`` compiled as the plan's own calls are (see ``compile_options``).
 
         A derivative traces the plan inside ``fun``, where only a top-level jit
-        can pass compiler options. Other plans keep ``fun`` un-jitted: one
-        program of forward and backward raised the peak RSS of compiling it
-        (Grids_15 MAR 1450 -> 1708 MiB, CSP_11 MAR 880 -> 959 MiB).
+        can pass compiler options, so a plan that gets options is compiled as
+        one program of forward and backward with them. Other plans keep ``fun``
+        un-jitted: with XLA's default options one program raised the peak RSS
+        of compiling it (Grids_15 MAR 1450 -> 1708 MiB, CSP_11 MAR 880 -> 959
+        MiB); without the fusion emitters Grids_15's took 661 MiB.
         """
         assert self.plan is not None
-        if not cheap_to_run(self.plan):
+        options = compile_options(self.plan)
+        if options is None:
             return fun
-        return jax.jit(fun, compiler_options=CHEAP_COMPILE)
+        return jax.jit(fun, compiler_options=options)
 
 
 def log_partition(
