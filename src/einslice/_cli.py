@@ -115,7 +115,14 @@ _DTYPES = ("float32", "float64")
 
 
 def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``einslice bench``."""
+    """The options of ``einslice bench``, in the order ``--help`` lists them."""
+    _add_workload_arguments(p)
+    _add_limit_arguments(p)
+    _add_output_arguments(p)
+
+
+def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """What to run: the suite or a sweep, which formulas, sizes and methods."""
     p.add_argument(
         "--suite",
         action="store_true",
@@ -150,6 +157,10 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="with --suite: multiply every index size by this (default 1)",
     )
+
+
+def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
+    """How runs are bounded: memory, time, repeats and dtype."""
     p.add_argument(
         "--memory-limit",
         type=_memory_limit,
@@ -174,6 +185,10 @@ def _add_bench_arguments(p: argparse.ArgumentParser) -> None:
         "--repeats", type=_positive_int, default=5, help="most timed runs (default 5)"
     )
     p.add_argument("--dtype", default="float32", choices=_DTYPES)
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """Where results go and what is shown: files, progress bar, --list."""
     p.add_argument(
         "--out",
         default="einslice-bench",
@@ -369,7 +384,7 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
 
     from einslice import parse_memory_limit
 
-    from .bench import _measure, _methods, _report, _run, _suite
+    from .bench import _measure, _methods, _report, _run
 
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
@@ -379,16 +394,10 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
     device = _measure.detect_device(
         None if args.device_memory is None else parse_memory_limit(args.device_memory)
     )
-    if suite_formulas is None:
-        sizes = args.sizes or (CPU_SIZES if device.platform == "cpu" else GPU_SIZES)
-        formulas = [_suite.seed_formula(n, formula_text) for n in sizes]
-    else:
-        formulas = suite_formulas
-    for method in methods:
-        why = method.missing()
-        if why is not None:
-            print(f"einslice bench: {method.name} is missing ({why}); the others "
-                  "run", file=sys.stderr)  # fmt: skip
+    formulas = suite_formulas
+    if formulas is None:
+        formulas = _sweep_formulas(args.sizes, device.platform, formula_text)
+    _warn_missing(methods)
     gflops = _measure.matmul_gflops()
     ctx = _methods.Context(
         memory_limit,
@@ -410,12 +419,43 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
         dtype=args.dtype,
         progress=not args.no_progress,
     )
+    header = _bench_header(args, argv, formulas, device, gflops, memory_limit)
+    markdown, stem, plot = _bench_markdown(
+        args, cells, header, methods, formulas, ctx.cache, formula_text
+    )
+    print(markdown)
+    paths = _report.write_outputs(args.out, stem, markdown, cells, gflops, plot)
+    print("wrote " + ", ".join(paths))
+    return 0
+
+
+def _sweep_formulas(sizes, platform: str, formula_text: str) -> list:
+    """The sweep's formula at each n (the device's default n when not given)."""
+    from .bench import _suite
+
+    sizes = sizes or (CPU_SIZES if platform == "cpu" else GPU_SIZES)
+    return [_suite.seed_formula(n, formula_text) for n in sizes]
+
+
+def _warn_missing(methods) -> None:
+    """Say on stderr which methods cannot run here, and why."""
+    for method in methods:
+        why = method.missing()
+        if why is not None:
+            print(f"einslice bench: {method.name} is missing ({why}); the others "
+                  "run", file=sys.stderr)  # fmt: skip
+
+
+def _bench_header(args, argv, formulas, device, gflops, memory_limit):
+    """The report's header: what ran, where, and under which limits."""
+    from .bench import _report
+
     title = (
         "einslice bench --suite"
         if args.suite
         else f"einslice bench: {formulas[0].subscripts}"
     )
-    header = _report.Header(
+    return _report.Header(
         title=title,
         command=shlex.join(["einslice", *argv]),
         device=f"{device.name} ({device.platform})",
@@ -425,21 +465,24 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
         dtype=args.dtype,
         max_seconds=args.max_seconds,
     )
+
+
+def _bench_markdown(
+    args, cells, header, methods, formulas, cache: dict, formula_text: str
+) -> tuple[str, str, str]:
+    """The Markdown report, with the stem of the files and the kind of plot."""
+    from .bench import _report, _suite
+
     if args.suite:
         ours = next((m.name for m in methods if m.ours), "einslice")
         peers = [m.name for m in methods if not m.ours]
         equations = {f.name: f.equation for f in formulas}
         markdown = _report.suite_markdown(cells, header, ours, peers, equations)
-        markdown += _tuning_section(ctx.cache)
-        stem, plot = "suite", "suite"
-    else:
-        markdown = _report.sweep_markdown(cells, header)
-        stem = "seed" if formula_text == _suite.SEED_SUBSCRIPTS else "sweep"
-        plot = "sweep"
-    print(markdown)
-    paths = _report.write_outputs(args.out, stem, markdown, cells, gflops, plot)
-    print("wrote " + ", ".join(paths))
-    return 0
+        markdown += _tuning_section(cache)
+        return markdown, "suite", "suite"
+    markdown = _report.sweep_markdown(cells, header)
+    stem = "seed" if formula_text == _suite.SEED_SUBSCRIPTS else "sweep"
+    return markdown, stem, "sweep"
 
 
 def _tuning_section(cache: dict) -> str:

@@ -117,8 +117,37 @@ def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
         (((0, 1), (1, 2)), (0, 2), (2, 3, 4))
     """
     in_terms, out_term = spec
+    n_ellipsis = _ellipsis_rank(in_terms, shapes)
+    ellipsis_labels = [("...", d) for d in range(n_ellipsis)]
+    expanded = _expand_ellipses(in_terms, shapes, ellipsis_labels)
+    if out_term is None:
+        output = _implicit_output(expanded, ellipsis_labels)
+    else:
+        output = _explicit_output(out_term, expanded, ellipsis_labels)
+
+    order: dict[Label, int] = {}
+    for row in [*expanded, output]:
+        for label in row:
+            order.setdefault(label, len(order))
+
+    size_of = _index_sizes(in_terms, expanded, shapes)
+    terms, squeezed = _number_terms(expanded, shapes, order, size_of)
+    labels = sorted(order, key=order.__getitem__)
+    return Equation(
+        terms=terms,
+        output=tuple(order[label] for label in output),
+        sizes=tuple(size_of[label][0] for label in labels),
+        names=tuple(_name(label) for label in labels),
+        squeezed=squeezed,
+        shapes=shapes,
+    )
+
+
+def _ellipsis_rank(
+    in_terms: tuple[tuple[Label, ...], ...], shapes: tuple[tuple[int, ...], ...]
+) -> int:
+    """Check each term's rank against its operand; return the widest '...'."""
     n_ellipsis = 0
-    expanded: list[list[Label]] = []
     for k, (term, shape) in enumerate(zip(in_terms, shapes, strict=True)):
         explicit = [label for label in term if label is not Ellipsis]
         if len(explicit) < len(term) - 1:
@@ -141,7 +170,17 @@ def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
                 f"{_show(term)!r} names {len(explicit)}; give one index per axis, "
                 "or '...' for the rest."
             )
-    ellipsis_labels = [("...", d) for d in range(n_ellipsis)]
+    return n_ellipsis
+
+
+def _expand_ellipses(
+    in_terms: tuple[tuple[Label, ...], ...],
+    shapes: tuple[tuple[int, ...], ...],
+    ellipsis_labels: Sequence[Label],
+) -> list[list[Label]]:
+    """Replace each term's '...' by labels for its broadcast axes, right-aligned."""
+    n_ellipsis = len(ellipsis_labels)
+    expanded: list[list[Label]] = []
     for term, shape in zip(in_terms, shapes, strict=True):
         row: list[Label] = []
         for label in term:
@@ -151,42 +190,57 @@ def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
             else:
                 row.append(label)
         expanded.append(row)
+    return expanded
 
-    if out_term is None:
-        counts: dict[Label, int] = {}
-        for row in expanded:
-            for label in row:
-                counts[label] = counts.get(label, 0) + 1
-        singles = [
-            lab for lab, c in counts.items() if c == 1 and not isinstance(lab, tuple)
-        ]
-        output: list[Label] = [*ellipsis_labels, *sorted(singles, key=_sort_key)]
-    else:
-        output = []
-        for label in out_term:
-            if label is Ellipsis:
-                output.extend(ellipsis_labels)
-            else:
-                output.append(label)
-        seen_in = {label for row in expanded for label in row}
-        for label in output:
-            if label not in seen_in:
-                raise EinsliceError(
-                    f"output index {_name(label)!r} appears in no operand's term; "
-                    "every output index must come from an input."
-                )
-        if len(set(output)) != len(output):
-            twice = next(lab for lab in output if output.count(lab) > 1)
-            raise EinsliceError(
-                f"output index {_name(twice)!r} appears more than once in the "
-                "output; each output index may appear once."
-            )
 
-    order: dict[Label, int] = {}
-    for row in [*expanded, output]:
+def _implicit_output(
+    expanded: list[list[Label]], ellipsis_labels: Sequence[Label]
+) -> list[Label]:
+    """The output of implicit mode: broadcast axes, then once-used indices sorted."""
+    counts: dict[Label, int] = {}
+    for row in expanded:
         for label in row:
-            order.setdefault(label, len(order))
+            counts[label] = counts.get(label, 0) + 1
+    singles = [
+        lab for lab, c in counts.items() if c == 1 and not isinstance(lab, tuple)
+    ]
+    return [*ellipsis_labels, *sorted(singles, key=_sort_key)]
 
+
+def _explicit_output(
+    out_term: tuple[Label, ...],
+    expanded: list[list[Label]],
+    ellipsis_labels: Sequence[Label],
+) -> list[Label]:
+    """Expand the output's '...' and check each index is an input's, used once."""
+    output: list[Label] = []
+    for label in out_term:
+        if label is Ellipsis:
+            output.extend(ellipsis_labels)
+        else:
+            output.append(label)
+    seen_in = {label for row in expanded for label in row}
+    for label in output:
+        if label not in seen_in:
+            raise EinsliceError(
+                f"output index {_name(label)!r} appears in no operand's term; "
+                "every output index must come from an input."
+            )
+    if len(set(output)) != len(output):
+        twice = next(lab for lab in output if output.count(lab) > 1)
+        raise EinsliceError(
+            f"output index {_name(twice)!r} appears more than once in the "
+            "output; each output index may appear once."
+        )
+    return output
+
+
+def _index_sizes(
+    in_terms: tuple[tuple[Label, ...], ...],
+    expanded: list[list[Label]],
+    shapes: tuple[tuple[int, ...], ...],
+) -> dict[Label, tuple[int, int, int]]:
+    """Each label's size (size 1 broadcasts) and the first operand, axis giving it."""
     size_of: dict[Label, tuple[int, int, int]] = {}  # label -> (size, operand, axis)
     for k, (row, shape) in enumerate(zip(expanded, shapes, strict=True)):
         for axis, (label, size) in enumerate(zip(row, shape, strict=True)):
@@ -212,7 +266,16 @@ def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
                 f"(term {_show(in_terms[k])!r}); every occurrence of an index "
                 "must have the same size (or size 1, to broadcast)."
             )
+    return size_of
 
+
+def _number_terms(
+    expanded: list[list[Label]],
+    shapes: tuple[tuple[int, ...], ...],
+    order: dict[Label, int],
+    size_of: dict[Label, tuple[int, int, int]],
+) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """Number each operand's indices, leaving out the size-1 axes that broadcast."""
     terms, squeezed = [], []
     for row, shape in zip(expanded, shapes, strict=True):
         keep, drop = [], []
@@ -223,15 +286,7 @@ def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
                 keep.append(order[label])
         terms.append(tuple(keep))
         squeezed.append(tuple(drop))
-    labels = sorted(order, key=order.__getitem__)
-    return Equation(
-        terms=tuple(terms),
-        output=tuple(order[label] for label in output),
-        sizes=tuple(size_of[label][0] for label in labels),
-        names=tuple(_name(label) for label in labels),
-        squeezed=tuple(squeezed),
-        shapes=shapes,
-    )
+    return tuple(terms), tuple(squeezed)
 
 
 def _sort_key(label: Label) -> tuple[int, str | int]:

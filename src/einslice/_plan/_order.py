@@ -8,6 +8,7 @@ any path into strictly pairwise steps (one ``dot_general`` each).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
 from typing import cast
@@ -250,6 +251,36 @@ def to_steps(
         if sizes is not None
         else [2] * (1 + max((i for t in terms for i in t), default=0))
     )
+    label_sets, pairs_by_node, pairs = _pairwise_merges(terms, output, path)
+    consumer: dict[int, int] = {}
+    for s, (a, b) in enumerate(pairs_by_node):
+        consumer[a] = consumer[b] = s
+    tree = _Tree(label_sets, pairs_by_node, consumer, output, size_of)
+    node_terms: list[tuple[int, ...]] = list(terms)
+    steps: list[Step] = []
+    for s, (a, b) in enumerate(pairs_by_node):
+        step = _layout(a, b, node_terms, tree, n + s)
+        steps.append(step)
+        node_terms.append(step.result)
+    return tuple(steps), tuple(pairs)
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """The pairwise merges of a path: what each step's layout looks ahead at."""
+
+    label_sets: list[frozenset[int]]  # each node's indices: leaves, then steps'
+    pairs_by_node: list[tuple[int, int]]  # the two nodes each step merges
+    consumer: dict[int, int]  # node -> the step that merges it
+    output: tuple[int, ...]
+    sizes: Sequence[int]
+
+
+def _pairwise_merges(
+    terms: Sequence[tuple[int, ...]], output: tuple[int, ...], path: Path
+) -> tuple[list[frozenset[int]], list[tuple[int, int]], list[tuple[int, ...]]]:
+    """Split the path's groups into pairs: node index sets, merged nodes, positions."""
+    n = len(terms)
     pairs_by_node: list[tuple[int, int]] = []
     label_sets: list[frozenset[int]] = [frozenset(t) for t in terms]
     alive = list(range(n))
@@ -272,46 +303,18 @@ def to_steps(
         group = [alive[p] for p in entry] if len(entry) > 1 else []
         while len(group) >= 2:
             group = [merge(group[0], group[1]), *group[2:]]
-
-    consumer: dict[int, int] = {}
-    for s, (a, b) in enumerate(pairs_by_node):
-        consumer[a] = consumer[b] = s
-    node_terms: list[tuple[int, ...]] = list(terms)
-    steps: list[Step] = []
-    for s, (a, b) in enumerate(pairs_by_node):
-        step = _layout(
-            a,
-            b,
-            node_terms,
-            label_sets,
-            pairs_by_node,
-            consumer,
-            n + s,
-            output,
-            size_of,
-        )
-        steps.append(step)
-        node_terms.append(step.result)
-    return tuple(steps), tuple(pairs)
+    return label_sets, pairs_by_node, pairs
 
 
 def _layout(
-    a: int,
-    b: int,
-    node_terms: list[tuple[int, ...]],
-    label_sets: list[frozenset[int]],
-    pairs_by_node: list[tuple[int, int]],
-    consumer: dict[int, int],
-    node: int,
-    output: tuple[int, ...],
-    sizes: Sequence[int],
+    a: int, b: int, node_terms: list[tuple[int, ...]], tree: _Tree, node: int
 ) -> Step:
     """Choose operand order and index order for the step making ``node``."""
     term_a, term_b = node_terms[a], node_terms[b]
-    result_set = label_sets[node]
+    result_set = tree.label_sets[node]
 
     def numel(term: tuple[int, ...]) -> int:
-        return prod(sizes[i] for i in term)
+        return prod(tree.sizes[i] for i in term)
 
     big = term_a if numel(term_a) >= numel(term_b) else term_b
     small = term_b if big is term_a else term_a
@@ -319,47 +322,38 @@ def _layout(
     batch = tuple(i for i in shared if i in result_set)
     contracted = tuple(i for i in shared if i not in result_set)
     if not contracted:
-        return Step(
-            a,
-            b,
-            _elementwise_order(
-                a,
-                b,
-                node_terms,
-                label_sets,
-                pairs_by_node,
-                consumer,
-                node,
-                output,
-                big,
-                sizes,
-            ),
-            (),
-        )
+        return Step(a, b, _elementwise_order(a, b, node_terms, tree, node, big), ())
     best: tuple[float, int, int, tuple[int, ...]] | None = None
     for lhs, rhs in ((a, b), (b, a)):
         t_l, t_r = node_terms[lhs], node_terms[rhs]
         free_l = tuple(i for i in t_l if i not in t_r and i in result_set)
         free_r = tuple(i for i in t_r if i not in t_l and i in result_set)
         result = (*batch, *free_l, *free_r)
-        if node in consumer:
-            other, partner, made = _consumer(node, label_sets, pairs_by_node, consumer)
-            batch_c = tuple(i for i in result if i in partner and i in made)
-            contracted_c = tuple(i for i in result if i in partner and i not in made)
-            score = 0.0 if needs_transpose(result, batch_c, contracted_c) else 1.0
-            if not contracted_c and other < len(node_terms):
-                # An elementwise consumer lays both sides out in one order:
-                # a result in the (laid out) partner's order needs no copy.
-                order = [i for i in node_terms[other] if i in result]
-                score -= 0.0 if [i for i in result if i in partner] == order else 1.0
-        else:
-            score = 1.0 if result == tuple(i for i in output if i in result) else 0.0
+        score = _result_score(result, node_terms, tree, node)
         score += 0.5 if node_terms[lhs] is big else 0.0
         if best is None or score > best[0]:
             best = (score, lhs, rhs, result)
     assert best is not None
     _, lhs, rhs, result = best
     return Step(lhs, rhs, result, contracted)
+
+
+def _result_score(
+    result: tuple[int, ...], node_terms: list[tuple[int, ...]], tree: _Tree, node: int
+) -> float:
+    """How well a step's result order suits its consumer (or the output)."""
+    if node not in tree.consumer:
+        return 1.0 if result == tuple(i for i in tree.output if i in result) else 0.0
+    other, partner, made = _consumer(node, tree)
+    batch_c = tuple(i for i in result if i in partner and i in made)
+    contracted_c = tuple(i for i in result if i in partner and i not in made)
+    score = 0.0 if needs_transpose(result, batch_c, contracted_c) else 1.0
+    if not contracted_c and other < len(node_terms):
+        # An elementwise consumer lays both sides out in one order:
+        # a result in the (laid out) partner's order needs no copy.
+        order = [i for i in node_terms[other] if i in result]
+        score -= 0.0 if [i for i in result if i in partner] == order else 1.0
+    return score
 
 
 def needs_transpose(
@@ -392,13 +386,9 @@ def _elementwise_order(
     a: int,
     b: int,
     node_terms: list[tuple[int, ...]],
-    label_sets: list[frozenset[int]],
-    pairs_by_node: list[tuple[int, int]],
-    consumer: dict[int, int],
+    tree: _Tree,
     node: int,
-    output: tuple[int, ...],
     big: tuple[int, ...],
-    sizes: Sequence[int] | None = None,
 ) -> tuple[int, ...]:
     """Index order for a step that contracts nothing (a fused broadcast product).
 
@@ -407,38 +397,22 @@ def _elementwise_order(
     indices, then the ones it contracts — following the partner's order where
     the partner is already laid out. The last step writes the output's order.
     """
-    result_set = label_sets[node]
+    result_set = tree.label_sets[node]
 
     def term_of(k: int) -> tuple[int, ...]:  # not laid out yet: any order
-        return node_terms[k] if k < len(node_terms) else tuple(sorted(label_sets[k]))
+        if k < len(node_terms):
+            return node_terms[k]
+        return tuple(sorted(tree.label_sets[k]))
 
     every = list(dict.fromkeys((*big, *term_of(a), *term_of(b))))
     every = [i for i in every if i in result_set]
-    if node not in consumer:
-        return tuple(i for i in output if i in result_set)
-    other, partner, made = _consumer(node, label_sets, pairs_by_node, consumer)
+    if node not in tree.consumer:
+        return tuple(i for i in tree.output if i in result_set)
+    other, partner, made = _consumer(node, tree)
     if not (result_set | partner) - made:
         # The consumer multiplies elementwise too (XLA fuses such chains): write
         # the order the chain's end wants, so no link in the chain transposes.
-        provisional = [*node_terms, tuple(every)]
-        ranks = {k: len(t) for k, t in enumerate(provisional)}
-        larger = max((node, other), key=lambda k: ranks.get(k, 0))
-        wanted = _elementwise_order(
-            node,
-            other,
-            provisional,
-            label_sets,
-            pairs_by_node,
-            consumer,
-            len(label_sets) - len(pairs_by_node) + consumer[node],
-            output,
-            provisional[larger] if larger < len(provisional) else tuple(every),
-            sizes,
-        )
-        return tuple(
-            [i for i in wanted if i in result_set]
-            + [i for i in every if i not in wanted]
-        )
+        return _chain_order(node, other, every, node_terms, tree)
     if other < len(node_terms):  # the partner is laid out: follow its order
         every = [i for i in node_terms[other] if i in result_set] + [
             i for i in every if i not in partner
@@ -446,23 +420,43 @@ def _elementwise_order(
     batch_c = [i for i in every if i in partner and i in made]
     contracted_c = [i for i in every if i in partner and i not in made]
     free_c = [i for i in every if i not in partner]
-    if other >= len(node_terms) and sizes is not None:
+    if other >= len(node_terms):
         # Nothing fixes the contracted order yet: put the largest index last,
         # so the fused product runs along a long contiguous axis (a chunk of
         # 2 as the minor axis measured 3-5% slower on the seed formula).
-        contracted_c.sort(key=lambda i: sizes[i])
+        contracted_c.sort(key=lambda i: tree.sizes[i])
     return (*batch_c, *free_c, *contracted_c)
 
 
-def _consumer(
+def _chain_order(
     node: int,
-    label_sets: list[frozenset[int]],
-    pairs_by_node: list[tuple[int, int]],
-    consumer: dict[int, int],
-) -> tuple[int, frozenset[int], frozenset[int]]:
+    other: int,
+    every: list[int],
+    node_terms: list[tuple[int, ...]],
+    tree: _Tree,
+) -> tuple[int, ...]:
+    """The order for ``node`` that its elementwise consumer will want to write."""
+    result_set = tree.label_sets[node]
+    provisional = [*node_terms, tuple(every)]
+    ranks = {k: len(t) for k, t in enumerate(provisional)}
+    larger = max((node, other), key=lambda k: ranks.get(k, 0))
+    wanted = _elementwise_order(
+        node,
+        other,
+        provisional,
+        tree,
+        len(tree.label_sets) - len(tree.pairs_by_node) + tree.consumer[node],
+        provisional[larger] if larger < len(provisional) else tuple(every),
+    )
+    return tuple(
+        [i for i in wanted if i in result_set] + [i for i in every if i not in wanted]
+    )
+
+
+def _consumer(node: int, tree: _Tree) -> tuple[int, frozenset[int], frozenset[int]]:
     """The step consuming ``node``: its partner node, partner's and result's indices."""
-    c = consumer[node]
-    x, y = pairs_by_node[c]
+    c = tree.consumer[node]
+    x, y = tree.pairs_by_node[c]
     other = y if x == node else x
-    made = label_sets[len(label_sets) - len(pairs_by_node) + c]
-    return other, label_sets[other], made
+    made = tree.label_sets[len(tree.label_sets) - len(tree.pairs_by_node) + c]
+    return other, tree.label_sets[other], made

@@ -287,19 +287,29 @@ def _search(
     *,
     search_seconds,
 ) -> tuple[Found, bool]:
-    import cotengra
-
+    """Run the hyper-optimizer; also say whether it finished before the deadline."""
     elimination.register()
     kahypar.register()
-    reconf_iterations = max(16, len(terms))
-    target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
     objective = _objective(terms, output, sizes, itemsize, memory_limit, semiring)
+    optimizer = _optimizer(len(terms), itemsize, memory_limit, objective, seed)
+    complete = _run_trials(
+        optimizer, terms, output, sizes, seed, trials, patience, search_seconds
+    )
+    return _found(optimizer), complete
+
+
+def _optimizer(n_terms, itemsize, memory_limit, objective, seed):
+    """Cotengra's hyper-optimizer, set to run one trial per ``search`` call."""
+    import cotengra
+
+    reconf_iterations = max(16, n_terms)
+    target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
     # cotengra is unannotated: pyright takes each option's type from its default
     # (str for "size", "auto", None-or-str...), so the ignores below are its, not ours.
-    optimizer = cotengra.HyperOptimizer(
+    return cotengra.HyperOptimizer(
         methods=list(METHODS),
         minimize=objective,  # pyright: ignore[reportArgumentType]
-        max_repeats=1,  # one trial per call: the loop below decides when to stop
+        max_repeats=1,  # one trial per call: _run_trials decides when to stop
         parallel=False,  # pyright: ignore[reportArgumentType]
         optlib="optuna",
         optlib_opts={"sampler_opts": {"seed": seed}},
@@ -315,10 +325,15 @@ def _search(
         on_trial_error="raise",
         progbar=False,
     )
+
+
+def _run_trials(
+    optimizer, terms, output, sizes, seed, trials, patience, search_seconds
+) -> bool:
+    """Search trial by trial until good enough or out of patience; False on timeout."""
     inputs = [tuple(t) for t in terms]
     size_dict = dict(enumerate(sizes))
     deadline = time.perf_counter() + search_seconds
-    complete = True
     # cotengra draws every random choice (greedy jitter, kahypar's seed, random
     # subtrees) from Python's global ``random`` when given no seed: seed it for
     # the search and put the caller's state back afterwards.
@@ -332,22 +347,25 @@ def _search(
             if done * len(terms) >= MIN_TENSOR_TRIALS and (
                 best_time < done * trial_cost or optimizer.trials_since_best >= patience
             ):
-                break
+                return True
             if time.perf_counter() > deadline:
-                complete = False
-                break
+                return False
     finally:
         random.setstate(state)
+    return True
+
+
+def _found(optimizer) -> Found:
+    """The hyper-optimizer's best tree, as a `Found`."""
     # ``tree`` is ``best["tree"]``; pyright infers ``best`` as dict[str, float]
     # from cotengra's initial {"score": inf, ...}.
     tree = cast("ContractionTree", optimizer.tree)
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
     best = optimizer.best
-    found = Found(
+    return Found(
         path=path,
         sliced=tuple(int(i) for i in tree.sliced_inds),
         flops=float(tree.contraction_cost()),
         time=float(best.get("einslice_time", math.inf)),
         trials=len(optimizer.scores),
     )
-    return found, complete

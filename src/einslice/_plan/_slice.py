@@ -89,29 +89,56 @@ def choose_slicing(
         found exceeds ``limit`` (its cost then gives the smallest feasible
         limit).
     """
-    best: tuple[dict[int, int], Cost] | None = None
-
-    frugal: tuple[dict[int, int], Cost] | None = None
-
-    def consider(chunks: dict[int, int]) -> Cost:
-        nonlocal best, frugal
-        cost = evaluate(chunks)
-        if frugal is None or cost.peak_bytes < frugal[1].peak_bytes:
-            frugal = (dict(chunks), cost)
-        if cost.peak_bytes <= limit and (
-            best is None
-            or biased_ranking(cost, chunks, profile)
-            < biased_ranking(best[1], best[0], profile)
-        ):
-            best = (dict(chunks), cost)
-        return cost
-
-    consider({})
+    seen = _Seen(evaluate, limit, profile)
+    seen.consider({})
     state = dict(start or {})
     if state:
-        consider(state)
+        seen.consider(state)
     candidates = [i for i in candidates if sizes[i] > 1]
-    found_at = 0 if best is not None else None
+    _descend(seen, sizes, candidates, state, explore_when_fits)
+    if seen.best is None:
+        assert seen.frugal is not None
+        return Slicing(seen.frugal[0], seen.frugal[1], fits=False)
+    chunks, cost = seen.best
+    return _grow(evaluate, sizes, chunks, cost, limit, profile)
+
+
+class _Seen:
+    """The chunkings evaluated so far: the best that fits, and the most frugal."""
+
+    def __init__(self, evaluate: Evaluate, limit: int, profile: Profile) -> None:
+        self.evaluate, self.limit, self.profile = evaluate, limit, profile
+        self.best: tuple[dict[int, int], Cost] | None = None
+        self.frugal: tuple[dict[int, int], Cost] | None = None
+
+    def consider(self, chunks: dict[int, int]) -> Cost:
+        """Evaluate ``chunks`` and keep it if it is the best or most frugal yet."""
+        cost = self.evaluate(chunks)
+        if self.frugal is None or cost.peak_bytes < self.frugal[1].peak_bytes:
+            self.frugal = (dict(chunks), cost)
+        if cost.peak_bytes <= self.limit and (
+            self.best is None
+            or biased_ranking(cost, chunks, self.profile)
+            < biased_ranking(self.best[1], self.best[0], self.profile)
+        ):
+            self.best = (dict(chunks), cost)
+        return cost
+
+
+def _descend(
+    seen: _Seen,
+    sizes: Sequence[int],
+    candidates: Sequence[int],
+    state: dict[int, int],
+    explore_when_fits: bool,
+) -> None:
+    """Slice one more index per level, along the chunking that cuts the peak most.
+
+    Stops after the first level at which some plan fits (when one fits before
+    any level, one level is still tried if ``explore_when_fits``), or when no
+    index is left to slice.
+    """
+    found_at = 0 if seen.best is not None else None
     level = 0
     while True:
         if found_at is not None and (level > found_at or not explore_when_fits):
@@ -122,20 +149,15 @@ def choose_slicing(
                 continue
             for chunk in chunk_ladder(sizes[index]):
                 chunks = {**state, index: chunk}
-                options.append((chunks, consider(chunks)))
+                options.append((chunks, seen.consider(chunks)))
         if not options:
             break
-        if found_at is None and best is not None:
+        if found_at is None and seen.best is not None:
             found_at = level
         if found_at is not None and level >= found_at:
             break
         state = min(options, key=lambda o: (o[1].peak_bytes, o[1].time))[0]
         level += 1
-    if best is None:
-        assert frugal is not None
-        return Slicing(frugal[0], frugal[1], fits=False)
-    chunks, cost = best
-    return _grow(evaluate, sizes, chunks, cost, limit, profile)
 
 
 def _grow(

@@ -183,45 +183,73 @@ def einslice_method(
         The method.
     """
     if name is None:
-        name = "einslice"
-        if memory_limit is not None:
-            name += f"@{memory_limit}"
-        if precision is not None:
-            name += f"[{precision}]"
+        name = _einslice_name(memory_limit, precision)
 
     def prepare(formula: Formula, operands: Operands, ctx: Context) -> Runner:
-        import einslice
-
         limit = memory_limit if memory_limit is not None else ctx.memory_limit
-        args = formula.einsum_args(operands.jax)
         if tune == "measure":
-            start = time.perf_counter()
-            tuned = einslice.plan(*args, memory_limit=limit, tune="measure")
-            ctx.cache[("tuning", formula.name)] = (time.perf_counter() - start, tuned)
-            runner = _jax_runner(
-                lambda *ops: tuned(*ops, precision=precision), operands.jax
-            )
-            runner.limit = int(tuned.memory_limit)
-            return runner
-
-        def fn(*ops: object) -> object:
-            return einslice.einsum(
-                *formula.einsum_args(ops),
-                memory_limit=limit,
-                precision=precision,
-                tune="estimate",
-            )
-
-        runner = _jax_runner(fn, operands.jax)
-        # the limit einslice resolved (None: its device default), to check against
-        plan = einslice.plan(*args, memory_limit=limit)
-        runner.limit = int(plan.memory_limit)
-        return runner
+            return _measured_einslice(formula, operands, ctx, limit, precision)
+        return _estimated_einslice(formula, operands, limit, precision)
 
     description = "einslice.einsum (planned, sliced, one program)"
     if tune == "measure":
         description = "einslice, tune='measure' (top candidates timed once, fastest)"
     return Method(name, description, prepare, ours=True)
+
+
+def _einslice_name(memory_limit: str | int | None, precision: str | None) -> str:
+    """``einslice``, then ``@limit`` and ``[precision]`` when given."""
+    name = "einslice"
+    if memory_limit is not None:
+        name += f"@{memory_limit}"
+    if precision is not None:
+        name += f"[{precision}]"
+    return name
+
+
+def _measured_einslice(
+    formula: Formula,
+    operands: Operands,
+    ctx: Context,
+    limit: str | int | None,
+    precision: str | None,
+) -> Runner:
+    """One tuning pass (its time kept in ``ctx.cache``), then the chosen plan."""
+    import einslice
+
+    args = formula.einsum_args(operands.jax)
+    start = time.perf_counter()
+    tuned = einslice.plan(*args, memory_limit=limit, tune="measure")
+    ctx.cache[("tuning", formula.name)] = (time.perf_counter() - start, tuned)
+    runner = _jax_runner(lambda *ops: tuned(*ops, precision=precision), operands.jax)
+    runner.limit = int(tuned.memory_limit)
+    return runner
+
+
+def _estimated_einslice(
+    formula: Formula,
+    operands: Operands,
+    limit: str | int | None,
+    precision: str | None,
+) -> Runner:
+    """``einslice.einsum`` with the time model's plan, compiled in one program."""
+    import einslice
+
+    args = formula.einsum_args(operands.jax)
+
+    def fn(*ops: object) -> object:
+        return einslice.einsum(
+            *formula.einsum_args(ops),
+            memory_limit=limit,
+            precision=precision,
+            tune="estimate",
+        )
+
+    runner = _jax_runner(fn, operands.jax)
+    # the limit einslice resolved (None: its device default), to check against
+    plan = einslice.plan(*args, memory_limit=limit)
+    runner.limit = int(plan.memory_limit)
+    return runner
 
 
 def _naive_einsum(formula: Formula, operands: Operands, ctx: Context) -> Runner:

@@ -129,58 +129,123 @@ def run(
     Returns:
         One :class:`Cell` per formula and method, formulas outer.
     """
+    opts = _Options(
+        matmul_gflops, max_seconds, repeats, budget, deadline, interleave, dtype
+    )
     missing = {m.name: m.missing() for m in methods}
     previous: dict[str, _Previous] = {}
     cells: list[Cell] = []
     bar = _progress_bar(len(formulas) * len(methods), progress)
     try:
         for formula in formulas:
-            operands = Operands(make_operands(formula, dtype))
-            flops = work_flops(formula)
-            results: dict[str, np.ndarray] = {}
-            row: list[Cell] = []
-            prepared: list[tuple[Cell, Runner]] = []
-            for method in methods:
-                bar.set_description(f"{formula.name} {method.name}")
-                cell = Cell(formula.name, formula.n, method.name, "ok", flops=flops)
-                row.append(cell)
-                cost = formula.naive_flops() if method.naive else flops
-                limit = max_seconds
-                if deadline is not None:
-                    limit = min(limit, deadline - time.monotonic())
-                if missing[method.name] is not None:
-                    cell.status, cell.note = "missing", str(missing[method.name])
-                    runner = None
-                else:
-                    estimate = _estimate(
-                        previous.get(method.name), cost, matmul_gflops * method.speed
-                    )
-                    runner = _prepare(cell, method, formula, operands, ctx, device,
-                                      estimate=estimate, max_seconds=limit)  # fmt: skip
-                if runner is not None and not interleave:
-                    budget_now = min(budget, max(limit, 0.0))
-                    result = _time(cell, runner, formula, operands, ctx, repeats,
-                                   budget_now)  # fmt: skip
-                    if result is not None:
-                        results[method.name] = result
-                elif runner is not None:
-                    prepared.append((cell, runner))
-                if not interleave or runner is None:
-                    bar.update(1)
-                if cell.status == "skipped" and cell.estimate is not None:
-                    previous[method.name] = _Previous(cell.estimate, cost)
-            if prepared:
-                results |= _time_interleaved(prepared, formula, operands, ctx,
-                                             repeats, budget, bar)  # fmt: skip
-            for method, cell in zip(methods, row, strict=True):
-                if cell.ran and cell.seconds is not None:
-                    cost = formula.naive_flops() if method.naive else flops
-                    previous[method.name] = _Previous(cell.seconds, cost)
-            _check_results(row, results, methods)
+            row = _run_formula(
+                formula, methods, missing, previous, ctx, device, opts, bar
+            )
             cells.extend(row)
     finally:
         bar.close()
     return cells
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The settings of `run` that every formula's and method's run reads."""
+
+    matmul_gflops: float
+    max_seconds: float
+    repeats: int
+    budget: float
+    deadline: float | None
+    interleave: bool
+    dtype: str
+
+
+def _run_formula(
+    formula: Formula,
+    methods: Sequence[Method],
+    missing: dict[str, str | None],
+    previous: dict[str, _Previous],
+    ctx: Context,
+    device: Device,
+    opts: _Options,
+    bar: _Bar,
+) -> list[Cell]:
+    """Every method on one formula; ``previous`` learns their times."""
+    operands = Operands(make_operands(formula, opts.dtype))
+    flops = work_flops(formula)
+    results: dict[str, np.ndarray] = {}
+    row: list[Cell] = []
+    prepared: list[tuple[Cell, Runner]] = []
+    for method in methods:
+        cell, deferred, result = _run_method(
+            method, formula, operands, flops, missing[method.name], previous,
+            ctx, device, opts, bar,
+        )  # fmt: skip
+        row.append(cell)
+        if result is not None:
+            results[method.name] = result
+        if deferred is not None:
+            prepared.append((cell, deferred))
+    if prepared:
+        results |= _time_interleaved(prepared, formula, operands, ctx,
+                                     opts.repeats, opts.budget, bar)  # fmt: skip
+    for method, cell in zip(methods, row, strict=True):
+        if cell.ran and cell.seconds is not None:
+            previous[method.name] = _Previous(
+                cell.seconds, _cost(formula, method, flops)
+            )
+    _check_results(row, results, methods)
+    return row
+
+
+def _run_method(
+    method: Method,
+    formula: Formula,
+    operands: Operands,
+    flops: float,
+    why_missing: str | None,
+    previous: dict[str, _Previous],
+    ctx: Context,
+    device: Device,
+    opts: _Options,
+    bar: _Bar,
+) -> tuple[Cell, Runner | None, np.ndarray | None]:
+    """Prepare one method on one formula; time it now unless timing interleaves.
+
+    Returns:
+        (cell, deferred, result): the method's cell, its runner when it is left
+        for the interleaved rounds, and its result when it was timed here.
+    """
+    bar.set_description(f"{formula.name} {method.name}")
+    cell = Cell(formula.name, formula.n, method.name, "ok", flops=flops)
+    cost = _cost(formula, method, flops)
+    limit = opts.max_seconds
+    if opts.deadline is not None:
+        limit = min(limit, opts.deadline - time.monotonic())
+    if why_missing is not None:
+        cell.status, cell.note = "missing", str(why_missing)
+        runner = None
+    else:
+        estimate = _estimate(
+            previous.get(method.name), cost, opts.matmul_gflops * method.speed
+        )
+        runner = _prepare(cell, method, formula, operands, ctx, device,
+                          estimate=estimate, max_seconds=limit)  # fmt: skip
+    result = None
+    if runner is not None and not opts.interleave:
+        budget_now = min(opts.budget, max(limit, 0.0))
+        result = _time(cell, runner, formula, operands, ctx, opts.repeats,
+                       budget_now)  # fmt: skip
+    if not opts.interleave or runner is None:
+        bar.update(1)
+    if cell.status == "skipped" and cell.estimate is not None:
+        previous[method.name] = _Previous(cell.estimate, cost)
+    return cell, (runner if opts.interleave else None), result
+
+
+def _cost(formula: Formula, method: Method, flops: float) -> float:
+    """The FLOPs a method does on a formula: the full nested loop for naive ones."""
+    return formula.naive_flops() if method.naive else flops
 
 
 def _estimate(prev: _Previous | None, cost: float, matmul_gflops: float) -> float:

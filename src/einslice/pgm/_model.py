@@ -116,29 +116,7 @@ class FactorGraph:
         arrays = [np.asarray(t, dtype=np.float64) for t in tables]
         scopes_ = [tuple(int(v) for v in s) for s in scopes]
         if cardinalities is None:
-            sizes: dict[int, int] = {}
-            for i, (scope, table) in enumerate(zip(scopes_, arrays, strict=True)):
-                if table.ndim != len(scope):
-                    raise EinsliceError(
-                        f"factor {i} has scope {scope} ({len(scope)} variables) but "
-                        f"its table has shape {table.shape}; give the table one axis "
-                        "per variable."
-                    )
-                for v, n in zip(scope, table.shape, strict=True):
-                    if sizes.setdefault(v, n) != n:
-                        raise EinsliceError(
-                            f"variable {v} has {sizes[v]} states in one factor but "
-                            f"{n} in factor {i} (scope {scope}, shape {table.shape}); "
-                            "every table must agree on a variable's cardinality."
-                        )
-            n_vars = max(sizes, default=-1) + 1
-            missing = [v for v in range(n_vars) if v not in sizes]
-            if missing:
-                raise EinsliceError(
-                    f"variables {missing} appear in no factor, so their cardinality "
-                    "is unknown; pass cardinalities=."
-                )
-            cardinalities = [sizes[v] for v in range(n_vars)]
+            cardinalities = _cardinalities_from_tables(scopes_, arrays)
         factors = tuple(
             Factor(scope, _to_log(table, i, log))
             for i, (scope, table) in enumerate(zip(scopes_, arrays, strict=True))
@@ -176,34 +154,15 @@ class FactorGraph:
             >>> g.variables, g.cardinalities
             (('A', 'B'), (2, 3))
         """
-        names: dict[Hashable, int] = {}
-        for clique in cliques:
-            for name in clique:
-                names.setdefault(name, len(names))
-        for name in cardinalities or {}:
-            names.setdefault(name, len(names))
+        names = _number_names(cliques, cardinalities or {})
         sizes: list[int | None] = [None] * len(names)
         for name, n in (cardinalities or {}).items():
             sizes[names[name]] = int(n)
-        scopes, tables = [], []
-        for clique, table in cliques.items():
-            array = np.asarray(table, dtype=np.float64)
-            if array.ndim != len(clique):
-                raise EinsliceError(
-                    f"clique {clique!r} has {len(clique)} variables but its table has "
-                    f"shape {array.shape}; give the table one axis per variable."
-                )
-            for name, n in zip(clique, array.shape, strict=True):
-                known = sizes[names[name]]
-                if known is not None and known != n:
-                    raise EinsliceError(
-                        f"variable {name!r} has {known} states elsewhere but {n} in "
-                        f"clique {clique!r} (shape {array.shape}); every table must "
-                        "agree on a variable's cardinality."
-                    )
-                sizes[names[name]] = n
-            scopes.append(tuple(names[name] for name in clique))
-            tables.append(array)
+        scopes = [tuple(names[name] for name in clique) for clique in cliques]
+        tables = [
+            _clique_table(clique, table, names, sizes)
+            for clique, table in cliques.items()
+        ]
         graph = cls.from_factors(
             scopes, tables, [s if s is not None else 0 for s in sizes], log=log
         )
@@ -288,6 +247,73 @@ class FactorGraph:
             f"FactorGraph({self.num_variables} variables, {len(self.factors)} "
             f"factors, max cardinality {max(self.cardinalities, default=0)})"
         )
+
+
+def _cardinalities_from_tables(
+    scopes: list[tuple[int, ...]], arrays: list[np.ndarray]
+) -> list[int]:
+    """Each variable's number of states, read off the tables' shapes."""
+    sizes: dict[int, int] = {}
+    for i, (scope, table) in enumerate(zip(scopes, arrays, strict=True)):
+        if table.ndim != len(scope):
+            raise EinsliceError(
+                f"factor {i} has scope {scope} ({len(scope)} variables) but "
+                f"its table has shape {table.shape}; give the table one axis "
+                "per variable."
+            )
+        for v, n in zip(scope, table.shape, strict=True):
+            if sizes.setdefault(v, n) != n:
+                raise EinsliceError(
+                    f"variable {v} has {sizes[v]} states in one factor but "
+                    f"{n} in factor {i} (scope {scope}, shape {table.shape}); "
+                    "every table must agree on a variable's cardinality."
+                )
+    n_vars = max(sizes, default=-1) + 1
+    missing = [v for v in range(n_vars) if v not in sizes]
+    if missing:
+        raise EinsliceError(
+            f"variables {missing} appear in no factor, so their cardinality "
+            "is unknown; pass cardinalities=."
+        )
+    return [sizes[v] for v in range(n_vars)]
+
+
+def _number_names(
+    cliques: Mapping[Any, np.typing.ArrayLike], cardinalities: Mapping[Any, int]
+) -> dict[Hashable, int]:
+    """Number the names in first-seen order, then those only in ``cardinalities``."""
+    names: dict[Hashable, int] = {}
+    for clique in cliques:
+        for name in clique:
+            names.setdefault(name, len(names))
+    for name in cardinalities:
+        names.setdefault(name, len(names))
+    return names
+
+
+def _clique_table(
+    clique: Any,
+    table: np.typing.ArrayLike,
+    names: dict[Hashable, int],
+    sizes: list[int | None],
+) -> np.ndarray:
+    """A clique's table as an array, checked against (and recorded in) ``sizes``."""
+    array = np.asarray(table, dtype=np.float64)
+    if array.ndim != len(clique):
+        raise EinsliceError(
+            f"clique {clique!r} has {len(clique)} variables but its table has "
+            f"shape {array.shape}; give the table one axis per variable."
+        )
+    for name, n in zip(clique, array.shape, strict=True):
+        known = sizes[names[name]]
+        if known is not None and known != n:
+            raise EinsliceError(
+                f"variable {name!r} has {known} states elsewhere but {n} in "
+                f"clique {clique!r} (shape {array.shape}); every table must "
+                "agree on a variable's cardinality."
+            )
+        sizes[names[name]] = n
+    return array
 
 
 def _to_log(table: np.ndarray, i: int, log: bool) -> np.ndarray:

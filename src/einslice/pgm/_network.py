@@ -165,6 +165,23 @@ def tree_groups(
         >>> tree_groups(terms, dict.fromkeys(range(4), 2), [(0, 1), (0, 2), (0, 1)])
         ([[2], [3], [0, 1]], [(0, 2), (0, 1)])
     """
+    groups_of, products, steps = _find_products(terms, sizes, path, max_entries)
+    return _drop_products(groups_of, products, steps)
+
+
+def _find_products(
+    terms: Sequence[tuple[int, ...]],
+    sizes: dict[int, int],
+    path: Sequence[tuple[int, ...]],
+    max_entries: int,
+) -> tuple[dict[int, list[int]], set[int], list[tuple[int, int, int]]]:
+    """Walk the path, marking the steps that only multiply small tables.
+
+    Returns:
+        (groups_of, products, steps): the tables under each maximal product
+        node (or a lone table), the nodes the marked steps make, and every
+        step as (left node, right node, result node).
+    """
     n = len(terms)
     alive = list(range(n))
     labels: dict[int, set[int]] = {k: set(t) for k, t in enumerate(terms)}
@@ -193,6 +210,15 @@ def tree_groups(
             products.add(node)
         steps.append((a, b, node))
         alive = [k for k in alive if k not in (a, b)] + [node]
+    return groups_of, products, steps
+
+
+def _drop_products(
+    groups_of: dict[int, list[int]],
+    products: set[int],
+    steps: list[tuple[int, int, int]],
+) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """The groups, and the path renumbered over them without the marked steps."""
     ids = {node: g for g, node in enumerate(sorted(groups_of))}
     groups = [sorted(groups_of[node]) for node in sorted(groups_of)]
     current = list(range(len(groups)))

@@ -128,16 +128,44 @@ def parse_uai(text: str, source: str = "<string>") -> FactorGraph:
         >>> g.cardinalities, g.factors[0].scope
         ((2,), (0,))
     """
+    cur = _cursor(text, source)
+    if cur.at_end():
+        raise cur.error(1, f"the file is empty; expected a network type {_TYPES}.")
+    _network_type(cur)
+    cards, n_line, card_lines = _cardinalities(cur)
+    n_factors, m_line = _factor_count(cur, len(cards), n_line, card_lines)
+    scopes = [_scope(cur, i, len(cards), n_factors, m_line) for i in range(n_factors)]
+
+    factors = []
+    for i, scope in enumerate(scopes):
+        table = _table(cur, i, scope, cards, n_factors, m_line)
+        with np.errstate(divide="ignore"):
+            log_table = np.log(table).reshape(tuple(cards[v] for v in scope))
+        factors.append(Factor(scope, log_table))
+
+    if not cur.at_end():
+        token = cur.tokens[cur.pos]
+        raise cur.error(
+            token.line,
+            f"unexpected {token.text!r} after the last table; the header (line "
+            f"{m_line}) declares {n_factors} factors, so expected the end of the file.",
+        )
+    return FactorGraph(tuple(cards), tuple(factors))
+
+
+def _cursor(text: str, source: str) -> _Cursor:
+    """A cursor over the text's whitespace-separated tokens."""
     rows = [
         (n, line.split()) for n, line in enumerate(text.splitlines(), 1) if line.split()
     ]
     last_line = rows[-1][0] if rows else 1
     tokens = [_Token(t, n) for n, row in rows for t in row]
-    cur = _Cursor(tokens, source, last_line)
-    if cur.at_end():
-        raise cur.error(1, f"the file is empty; expected a network type {_TYPES}.")
+    return _Cursor(tokens, source, last_line)
 
-    kind = tokens[0]
+
+def _network_type(cur: _Cursor) -> None:
+    """Read the first token, the network type, and check it is a known one."""
+    kind = cur.tokens[0]
     cur.pos = 1
     if kind.text.upper() not in _TYPES:
         raise cur.error(
@@ -145,12 +173,21 @@ def parse_uai(text: str, source: str = "<string>") -> FactorGraph:
             f"unknown network type {kind.text!r}; expected one of {', '.join(_TYPES)}.",
         )
 
+
+def _cardinalities(cur: _Cursor) -> tuple[list[int], int, list[int]]:
+    """Read N and N cardinalities; also return N's line and each cardinality's."""
     n_vars, n_line = cur.int("the number of variables")
     if n_vars < 0:
         raise cur.error(n_line, f"the number of variables is {n_vars}; expected ≥ 0.")
     cards = [_card(cur, v, n_vars, n_line) for v in range(n_vars)]
-    card_lines = [t.line for t in tokens[cur.pos - n_vars : cur.pos]]
+    card_lines = [t.line for t in cur.tokens[cur.pos - n_vars : cur.pos]]
+    return cards, n_line, card_lines
 
+
+def _factor_count(
+    cur: _Cursor, n_vars: int, n_line: int, card_lines: list[int]
+) -> tuple[int, int]:
+    """Read M, the number of factors, which must stand alone on its line."""
     n_factors, m_line = cur.int("the number of factors")
     if n_factors < 0:
         raise cur.error(m_line, f"the number of factors is {n_factors}; expected ≥ 0.")
@@ -177,24 +214,7 @@ def parse_uai(text: str, source: str = "<string>") -> FactorGraph:
             f"found {cur.tokens[cur.pos].text!r} after the number of factors "
             f"({n_factors}); expected it alone on its line.",
         )
-
-    scopes = [_scope(cur, i, n_vars, n_factors, m_line) for i in range(n_factors)]
-
-    factors = []
-    for i, scope in enumerate(scopes):
-        table = _table(cur, i, scope, cards, n_factors, m_line)
-        with np.errstate(divide="ignore"):
-            log_table = np.log(table).reshape(tuple(cards[v] for v in scope))
-        factors.append(Factor(scope, log_table))
-
-    if not cur.at_end():
-        token = cur.tokens[cur.pos]
-        raise cur.error(
-            token.line,
-            f"unexpected {token.text!r} after the last table; the header (line "
-            f"{m_line}) declares {n_factors} factors, so expected the end of the file.",
-        )
-    return FactorGraph(tuple(cards), tuple(factors))
+    return n_factors, m_line
 
 
 def _card(cur: _Cursor, v: int, n_vars: int, n_line: int) -> int:
@@ -335,15 +355,15 @@ def parse_evidence(text: str, source: str = "<string>") -> dict[int, int]:
         >>> parse_evidence("2 0 1 3 0")
         {0: 1, 3: 0}
     """
-    tokens = [
-        _Token(t, n)
-        for n, line in enumerate(text.splitlines(), 1)
-        for t in line.split()
-    ]
-    last_line = tokens[-1].line if tokens else 1
-    cur = _Cursor(tokens, source, last_line)
+    cur = _cursor(text, source)
     if cur.at_end():
         return {}
+    return _observations(cur, _observed_count(cur))
+
+
+def _observed_count(cur: _Cursor) -> int:
+    """Read the number of observed variables, past an older file's sample count."""
+    tokens = cur.tokens
     first, line = cur.int("the number of observed variables")
     if first < 0:
         raise cur.error(line, f"{first} observed variables; expected ≥ 0.")
@@ -363,8 +383,13 @@ def parse_evidence(text: str, source: str = "<string>") -> dict[int, int]:
                 f"file holds {len(tokens)}.",
             )
         first, line = cur.int("the number of observed variables")
+    return first
+
+
+def _observations(cur: _Cursor, count: int) -> dict[int, int]:
+    """Read ``count`` (variable, state) pairs."""
     evidence: dict[int, int] = {}
-    for _ in range(first):
+    for _ in range(count):
         var, vline = cur.int("a variable index")
         state, sline = cur.int(f"the state of variable {var}")
         if var < 0:
