@@ -12,8 +12,9 @@ from ._memory import format_bytes
 from ._order import find_path, to_steps, two_group_paths
 from ._profile import CPU_DEFAULT, Profile
 from ._search import search_tree
+from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
-from ._types import SEMIRINGS, Cost, Equation, Plan
+from ._types import Cost, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
 # few operands); explicit paths and optimizer objects are called once.
@@ -113,7 +114,7 @@ def _search(
     profile: Profile,
 ) -> _Found:
     """Path and forward slicing: the fastest estimate within the limit."""
-    assert semiring in SEMIRINGS, semiring
+    semiring_named(semiring)  # refuses an unknown name
     prepared = prepare_terms(equation)
     sizes = equation.sizes
     output = equation.output
