@@ -544,13 +544,11 @@ def naive_einsum(subscripts, /, *operands, semiring: str = "sum") -> jax.Array:
     summed = [
         i for i in dict.fromkeys(i for t in terms for i in t) if i not in eq.output
     ]
-    return _naive(
-        semiring, tuple(terms), tuple(eq.output), tuple(summed), eq.sizes, *ops
-    )
+    return _naive(ring, tuple(terms), tuple(eq.output), tuple(summed), eq.sizes, *ops)
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _naive(semiring, terms, out_indices, summed, sizes, *ops):
+def _naive(ring: Semiring, terms, out_indices, summed, sizes, *ops):
     def loop(ops, terms, out_indices, summed):
         if out_indices:
             index, rest = out_indices[0], out_indices[1:]
@@ -571,13 +569,13 @@ def _naive(semiring, terms, out_indices, summed, sizes, *ops):
                     for x, t in zip(ops, terms, strict=True)
                 ]
                 value = loop(sliced, inner_terms, (), rest)
-                return _semiring.combine(semiring, acc, value), None
+                return _semiring.combine(ring, acc, value), None
 
-            init = _semiring.zero(semiring, ops[0].dtype if ops else jnp.float32)
+            init = _semiring.zero(ring, ops[0].dtype if ops else jnp.float32)
             return lax.scan(body, init, jnp.arange(sizes[index]))[0]
         value = ops[0]
         for x in ops[1:]:
-            value = value * x if semiring == "sum" else value + x
+            value = _semiring.elementwise(ring, value, x)
         return value
 
     return loop(ops, terms, out_indices, summed)

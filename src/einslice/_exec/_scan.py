@@ -39,7 +39,7 @@ def chunk_body(
 ) -> jax.Array:
     """One chunk's contribution: one output block, in output index order."""
     eq = plan.equation
-    semiring = plan.semiring
+    ring = plan.ring
     owners = {i: next(k for k, t in enumerate(eq.terms) if i in t) for i in valid}
     nodes: list[jax.Array] = []
     for k, (x, term) in enumerate(zip(operands, eq.terms, strict=True)):
@@ -52,13 +52,13 @@ def chunk_body(
                 axis = labels.index(index)
                 shape = [1] * x.ndim
                 shape[axis] = mask.shape[0]
-                x = jnp.where(mask.reshape(shape), x, _semiring.zero(semiring, x.dtype))
+                x = jnp.where(mask.reshape(shape), x, _semiring.zero(ring, x.dtype))
         private = [a for a, i in enumerate(labels) if i not in plan.prepared[k]]
-        if private and semiring == "sum":
+        if private and ring.widens:
             x = _semiring.widened(x, config)
-        nodes.append(_semiring.reduce(semiring, x, private))
+        nodes.append(_semiring.reduce(ring, x, private))
     robust = partial(run_steps, plan, config)
-    if semiring == "log" and _scaled.applies(plan, chunks):
+    if ring.scaled_form and _scaled.applies(plan, chunks):
         return _scaled.log_steps(plan, chunks, config, robust, nodes)
     return robust(nodes)
 
@@ -67,10 +67,11 @@ def run_steps(plan: Plan, config: Config, prepared: Sequence[jax.Array]) -> jax.
     """Run a plan's pairwise steps on its prepared operands; output order."""
     nodes = list(prepared)
     terms = plan.node_terms()
+    ring = plan.ring
     for step in plan.steps:
         nodes.append(
             run_step(
-                plan.semiring,
+                ring,
                 step,
                 nodes[step.left],
                 terms[step.left],

@@ -18,6 +18,7 @@ from math import log2, prod
 
 from ._order import needs_transpose
 from ._profile import CPU_DEFAULT, Profile
+from ._semiring import Semiring, semiring_named
 from ._types import Cost, Step
 
 # The time model counts in units of one FLOP at the profile's matmul rate
@@ -41,8 +42,6 @@ from ._types import Cost, Step
 #   measured at ~1.1 ns per result entry plus 0.15 ns per operand entry.
 PEAK_PREFERENCE = 0.06
 LOG_SCALED_MAX_STEPS = 16  # mirrors _exec/_scaled.MAX_STEPS
-# Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
-SMALL_CONTRACTION = 16
 ALIGNMENT = 64
 LOOP_BYTES = 1024
 
@@ -88,7 +87,12 @@ class Body:
     prepared: tuple[tuple[int, ...], ...]  # after diagonal and pre-reduction
     steps: tuple[Step, ...]
     output: tuple[int, ...]
-    semiring: str
+    semiring: str  # its name, as users give it
+
+    @property
+    def ring(self) -> Semiring:
+        """The `Semiring` that ``semiring`` names."""
+        return semiring_named(self.semiring)
 
 
 def chunked_sizes(sizes: Sequence[int], chunks: dict[int, int]) -> list[int]:
@@ -167,18 +171,17 @@ def peak_bytes(
             live += _numel(prepared, local)
     peak = live
     made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
+    ring = body.ring
     for s, step in enumerate(body.steps):
         left, right = nodes[step.left], nodes[step.right]
         size_l, size_r = _numel(left, local), _numel(right, local)
         size_out = _numel(step.result, local)
         if not chunks and s == len(body.steps) - 1 and step.result == body.output:
             size_out = 0  # the last step writes the output buffer itself
-        small = _numel(step.contracted, local) <= SMALL_CONTRACTION
-        if step.contracted and (
-            body.semiring == "max" or (body.semiring == "log" and small)
-        ):
+        contracted = _numel(step.contracted, local)
+        if step.contracted and ring.contracts_by_union(contracted):
             transient = 2 * _numel(_unique(left + right), local)
-        elif body.semiring == "log" and step.contracted:
+        elif step.contracted and ring.shifted_exp_dot:
             # shifted exponentials, finite masks and transposed copies of both
             # sides; total, support, log and the exact repair's loop buffers.
             transient = 4 * (size_l + size_r) + 6 * _numel(step.result, local)
@@ -273,7 +276,8 @@ def estimate_time(
     total_flops = flops * count
     time = total_flops + traffic * count + units.chunk * (count if chunks else 0)
     time += units.launch * kernels * count
-    if body.semiring == "log" and chunks and len(body.steps) <= LOG_SCALED_MAX_STEPS:
+    scaled = body.ring.scaled_form and len(body.steps) <= LOG_SCALED_MAX_STEPS
+    if scaled and chunks:
         entries = sum(_numel(p, local) for p in body.prepared) + block
         time += count * units.log_entry * entries
     time += units.fresh_page * max(0, peak - profile.fresh_pages_from)

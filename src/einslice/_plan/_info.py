@@ -8,13 +8,6 @@ from ._memory import format_bytes
 from ._slice import shard_plan, summed_chunk_count
 from ._types import Plan
 
-# The collectives that combine devices' partial outputs, per semiring.
-_ALL_REDUCE = {
-    "sum": "psum",
-    "log": "pmax + psum (log-add-exp)",
-    "max": "pmax",
-}
-
 
 def describe(plan: Plan) -> str:
     """A readable report of a plan, in the spirit of opt_einsum's PathInfo."""
@@ -133,7 +126,7 @@ def _devices(plan: Plan) -> list[str]:
             "unsharded on one device"
         ]
     out_bytes = prod(eq.sizes[i] for i in eq.output) * plan.itemsize
-    reduced = out_bytes * (2 if plan.semiring == "log" else 1)
+    reduced = out_bytes * plan.ring.all_reduce_passes
     if plan.sharded is not None:
         # Operands arrive split along one index: each device scans every
         # chunk of its own shard; along an output index, that is its block of
@@ -169,6 +162,6 @@ def _devices(plan: Plan) -> list[str]:
     return [
         head,
         f" All-reduce: {format_bytes(reduced)} per device per call "
-        f"({_ALL_REDUCE[plan.semiring]} of the output; the gradient pass adds "
+        f"({plan.ring.all_reduce} of the output; the gradient pass adds "
         f"a psum of {format_bytes(out_bytes)})",
     ]
