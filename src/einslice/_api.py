@@ -31,7 +31,8 @@ from ._plan._memory import parse_memory_limit
 from ._plan._order import optimize_key
 from ._plan._planner import make_plan, rank_plans
 from ._plan._profile import Profile
-from ._plan._types import SEMIRINGS, Plan
+from ._plan._semiring import Semiring, semiring_named
+from ._plan._types import Plan
 
 # Share of the device's free memory taken as the default memory_limit: on a GPU
 # 80% of the free device memory (XLA needs some for itself); on a CPU 50% of
@@ -383,14 +384,10 @@ def _plan(
     replicated operands under it are not split, since nothing in them says
     to; operands split over it are.
     """
-    if semiring not in SEMIRINGS:
-        raise EinsliceError(
-            f"semiring={semiring!r} is not one of {list(SEMIRINGS)}; 'sum' is the "
-            "ordinary einsum, 'log' works on log-values, 'max' is max-plus."
-        )
+    ring = semiring_named(semiring)
     shapes = tuple(tuple(int(d) for d in np.shape(x)) for x in arrays)
     equation = build_equation(spec, shapes)
-    dtype = _compute_dtype(arrays, semiring)
+    dtype = _compute_dtype(arrays, ring)
     itemsize = max(dtype.itemsize, jnp.dtype(pet).itemsize if pet else 0)
     limit = (
         default_memory_limit()
@@ -448,9 +445,9 @@ def _hashable(x) -> bool:
     return True
 
 
-def _compute_dtype(arrays, semiring: str) -> np.dtype:
+def _compute_dtype(arrays, ring: Semiring) -> np.dtype:
     dtype = jnp.result_type(*arrays) if arrays else jnp.dtype(jnp.float32)
-    if semiring != "sum" and not jnp.issubdtype(dtype, jnp.inexact):
+    if ring.needs_inexact and not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(dtype, jnp.float32)
     return np.dtype(dtype)
 
@@ -533,11 +530,10 @@ def naive_einsum(subscripts, /, *operands, semiring: str = "sum") -> jax.Array:
         [5.0, 50.0]
     """
     arrays, spec = _split(subscripts, operands)
-    if semiring not in SEMIRINGS:
-        raise EinsliceError(f"semiring={semiring!r} is not one of {list(SEMIRINGS)}.")
+    ring = semiring_named(semiring)
     shapes = tuple(tuple(int(d) for d in np.shape(x)) for x in arrays)
     eq = build_equation(spec, shapes)
-    dtype = _compute_dtype(arrays, semiring)
+    dtype = _compute_dtype(arrays, ring)
     ops, terms = [], []
     for x, term, drop in zip(arrays, eq.terms, eq.squeezed, strict=True):
         x = jnp.asarray(x).astype(dtype)
@@ -548,13 +544,11 @@ def naive_einsum(subscripts, /, *operands, semiring: str = "sum") -> jax.Array:
     summed = [
         i for i in dict.fromkeys(i for t in terms for i in t) if i not in eq.output
     ]
-    return _naive(
-        semiring, tuple(terms), tuple(eq.output), tuple(summed), eq.sizes, *ops
-    )
+    return _naive(ring, tuple(terms), tuple(eq.output), tuple(summed), eq.sizes, *ops)
 
 
 @partial(jax.jit, static_argnums=(0, 1, 2, 3, 4))
-def _naive(semiring, terms, out_indices, summed, sizes, *ops):
+def _naive(ring: Semiring, terms, out_indices, summed, sizes, *ops):
     def loop(ops, terms, out_indices, summed):
         if out_indices:
             index, rest = out_indices[0], out_indices[1:]
@@ -575,13 +569,13 @@ def _naive(semiring, terms, out_indices, summed, sizes, *ops):
                     for x, t in zip(ops, terms, strict=True)
                 ]
                 value = loop(sliced, inner_terms, (), rest)
-                return _semiring.combine(semiring, acc, value), None
+                return _semiring.combine(ring, acc, value), None
 
-            init = _semiring.zero(semiring, ops[0].dtype if ops else jnp.float32)
+            init = _semiring.zero(ring, ops[0].dtype if ops else jnp.float32)
             return lax.scan(body, init, jnp.arange(sizes[index]))[0]
         value = ops[0]
         for x in ops[1:]:
-            value = value * x if semiring == "sum" else value + x
+            value = _semiring.elementwise(ring, value, x)
         return value
 
     return loop(ops, terms, out_indices, summed)

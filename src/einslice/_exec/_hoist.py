@@ -35,5 +35,5 @@ def contract_hoisted(
         k = step.left if step.left < n else step.right
         x, labels = take_diagonals(operands[k], plan.equation.terms[k])
         x = _broadcast(x, tuple(labels), output).astype(out.dtype)
-        out = _semiring.elementwise(plan.semiring, out, x)
+        out = _semiring.elementwise(plan.ring, out, x)
     return out

@@ -12,7 +12,7 @@ differentiable, which gives higher-order derivatives.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import cast
 
@@ -23,9 +23,10 @@ from jax.typing import DTypeLike
 
 from .._errors import MemoryLimitError
 from .._plan._memory import format_bytes
+from .._plan._semiring import Semiring
 from .._plan._types import Plan
 from . import _scaled, _semiring
-from ._scan import Part, chunk_body, sweep
+from ._scan import Part, Starts, Valid, chunk_body, sweep
 from ._semiring import Config
 from ._shard import (
     all_reduce,
@@ -45,7 +46,7 @@ def contract(plan: Plan, config: Config, *operands: jax.Array) -> jax.Array:
         def run(inner, part, *ops):
             return forward(inner, config, ops, part)
 
-        reduce = partial(all_reduce, plan.semiring)
+        reduce = partial(all_reduce, plan.ring)
         return split(plan, False, run, reduce, operands, operand_specs(plan))
     return forward(plan, config, operands)
 
@@ -61,15 +62,15 @@ def forward(
     With ``part``, only that share of the summed chunks (one device's).
     """
     chunks = dict(plan.chunks)
-    semiring = plan.semiring
+    ring = plan.ring
     dtype = _out_dtype(plan, config, operands)
 
     def init(shape, _starts):
-        return jnp.full(shape, _semiring.zero(semiring, dtype))
+        return jnp.full(shape, _semiring.zero(ring, dtype))
 
     def step(acc, starts, valid):
         block = chunk_body(plan, chunks, operands, starts, valid, config)
-        return _semiring.combine(semiring, acc, block.astype(dtype))
+        return _semiring.combine(ring, acc, block.astype(dtype))
 
     if not chunks:  # (astype to the same dtype would drop a weak type)
         out = chunk_body(plan, chunks, operands, {}, {}, config)
@@ -97,7 +98,7 @@ def _contract_jvp(plan: Plan, config: Config, primals, tangents):
         def run(inner, part, primals, tangents, out):
             return tangent_sweep(inner, config, primals, tangents, out, part)
 
-        reduce = partial(tangent_reduce, plan.semiring)
+        reduce = partial(tangent_reduce, plan.ring)
         args = (tuple(primals), tuple(tangents), out)
         specs = (operand_specs(plan),) * 2 + (output_spec(plan),)
         return out, split(plan, True, run, reduce, args, specs)
@@ -115,7 +116,7 @@ def _one_pass(plan: Plan) -> bool:
     """
     if plan.chunks or plan.tangent_chunks or splits(plan, ()):
         return False
-    return plan.semiring != "log" or not _scaled.applies(plan, {})
+    return not plan.ring.scaled_form or not _scaled.applies(plan, {})
 
 
 def _unsliced_jvp(plan: Plan, config: Config, primals, tangents):
@@ -131,9 +132,9 @@ def _unsliced_jvp(plan: Plan, config: Config, primals, tangents):
     value, tangent = jax.jvp(body, tuple(primals), tuple(tangents))
     dtype = _out_dtype(plan, config, primals)
     value, tangent = value.astype(dtype), tangent.astype(dtype)
-    if plan.semiring == "log":
+    if plan.ring.weights_tangents:
         tangent = jnp.where(jnp.isfinite(value), tangent, 0)
-    elif plan.semiring == "max":
+    elif plan.ring.selective:
         tangent = jnp.where(value == value, tangent, 0)
     return value, tangent
 
@@ -155,49 +156,82 @@ def tangent_sweep(
     the first (see ``_shard.tangent_reduce``).
     """
     chunks = dict(plan.tangent_chunks)
-    semiring = plan.semiring
-    eq = plan.equation
-
-    def chunk_jvp(starts, valid):
-        def body(*ops):
-            return chunk_body(plan, chunks, ops, starts, valid, config)
-
-        value, tangent = jax.jvp(body, tuple(primals), tuple(tangents))
-        return value.astype(out.dtype), tangent.astype(out.dtype)
-
-    def out_block(starts):
-        if not any(i in eq.output for i in chunks):
-            return out
-        where = [starts.get(i, jnp.int32(0)) for i in eq.output]
-        shape = [chunks.get(i, eq.sizes[i]) for i in eq.output]
-        return lax.dynamic_slice(out, where, shape)
+    ring = plan.ring
+    keep_taken = ring.selective and part is not None
 
     def init(shape, _starts):
         tangent = jnp.zeros(shape, out.dtype)
-        return (tangent, jnp.zeros(shape, bool)) if semiring == "max" else tangent
+        return (tangent, jnp.zeros(shape, bool)) if ring.selective else tangent
 
     def step(carry, starts, valid):
-        value, tangent = chunk_jvp(starts, valid)
-        if semiring == "sum":
-            return carry + tangent
-        total = out_block(starts)
-        if semiring == "log":
-            finite = jnp.isfinite(total)
-            weight = jnp.exp(value - jnp.where(finite, total, 0))
-            return carry + jnp.where(finite, weight, 0) * tangent
-        acc, taken = carry
-        hit = (value == total) & ~taken
-        return acc + jnp.where(hit, tangent, 0), taken | hit
-
-    keep_taken = semiring == "max" and part is not None
+        value, tangent = _chunk_jvp(
+            plan, chunks, config, primals, tangents, out.dtype, starts, valid
+        )
+        block = partial(_out_block, plan, chunks, out, starts)
+        return _fold_tangent(ring, carry, value, tangent, block)
 
     def finish(carry, _starts):
-        return carry[0] if semiring == "max" and not keep_taken else carry
+        return carry[0] if ring.selective and not keep_taken else carry
 
     if not chunks:
         return finish(step(init(out.shape, {}), {}, {}), {})
     dtype = (out.dtype, jnp.dtype(bool)) if keep_taken else out.dtype
     return sweep(plan, chunks, dtype, init, step, finish, checkpoint=True, part=part)
+
+
+def _chunk_jvp(
+    plan: Plan,
+    chunks: dict[int, int],
+    config: Config,
+    primals: Sequence[jax.Array],
+    tangents: Sequence[jax.Array],
+    dtype,
+    starts: Starts,
+    valid: Valid,
+) -> tuple[jax.Array, jax.Array]:
+    """One chunk's block and its tangent (the forward recomputed), in ``dtype``."""
+
+    def body(*ops):
+        return chunk_body(plan, chunks, ops, starts, valid, config)
+
+    value, tangent = jax.jvp(body, tuple(primals), tuple(tangents))
+    return value.astype(dtype), tangent.astype(dtype)
+
+
+def _out_block(
+    plan: Plan, chunks: dict[int, int], out: jax.Array, starts: Starts
+) -> jax.Array:
+    """The block of the output ``out`` that the chunk at ``starts`` adds into."""
+    eq = plan.equation
+    if not any(i in eq.output for i in chunks):
+        return out
+    where = [starts[i] if i in starts else jnp.int32(0) for i in eq.output]
+    shape = [chunks.get(i, eq.sizes[i]) for i in eq.output]
+    return lax.dynamic_slice(out, where, shape)
+
+
+def _fold_tangent(
+    ring: Semiring,
+    carry,
+    value: jax.Array,
+    tangent: jax.Array,
+    total: Callable[[], jax.Array],
+):
+    """Add one chunk's tangent into the carry by the semiring's derivative rule.
+
+    ``total()`` gives the output block the chunk's ``value`` was summed into
+    (called only by the rules that need it).
+    """
+    if ring.selective:
+        acc, taken = carry
+        hit = (value == total()) & ~taken
+        return acc + jnp.where(hit, tangent, 0), taken | hit
+    if ring.weights_tangents:
+        block = total()
+        finite = jnp.isfinite(block)
+        weight = jnp.exp(value - jnp.where(finite, block, 0))
+        return carry + jnp.where(finite, weight, 0) * tangent
+    return carry + tangent
 
 
 def _out_dtype(plan: Plan, config: Config, operands: Sequence[jax.Array]):

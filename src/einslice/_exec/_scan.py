@@ -39,7 +39,7 @@ def chunk_body(
 ) -> jax.Array:
     """One chunk's contribution: one output block, in output index order."""
     eq = plan.equation
-    semiring = plan.semiring
+    ring = plan.ring
     owners = {i: next(k for k, t in enumerate(eq.terms) if i in t) for i in valid}
     nodes: list[jax.Array] = []
     for k, (x, term) in enumerate(zip(operands, eq.terms, strict=True)):
@@ -52,13 +52,13 @@ def chunk_body(
                 axis = labels.index(index)
                 shape = [1] * x.ndim
                 shape[axis] = mask.shape[0]
-                x = jnp.where(mask.reshape(shape), x, _semiring.zero(semiring, x.dtype))
+                x = jnp.where(mask.reshape(shape), x, _semiring.zero(ring, x.dtype))
         private = [a for a, i in enumerate(labels) if i not in plan.prepared[k]]
-        if private and semiring == "sum":
+        if private and ring.widens:
             x = _semiring.widened(x, config)
-        nodes.append(_semiring.reduce(semiring, x, private))
+        nodes.append(_semiring.reduce(ring, x, private))
     robust = partial(run_steps, plan, config)
-    if semiring == "log" and _scaled.applies(plan, chunks):
+    if ring.scaled_form and _scaled.applies(plan, chunks):
         return _scaled.log_steps(plan, chunks, config, robust, nodes)
     return robust(nodes)
 
@@ -67,10 +67,11 @@ def run_steps(plan: Plan, config: Config, prepared: Sequence[jax.Array]) -> jax.
     """Run a plan's pairwise steps on its prepared operands; output order."""
     nodes = list(prepared)
     terms = plan.node_terms()
+    ring = plan.ring
     for step in plan.steps:
         nodes.append(
             run_step(
-                plan.semiring,
+                ring,
                 step,
                 nodes[step.left],
                 terms[step.left],
@@ -153,35 +154,13 @@ def sweep(
     sum_indices = [i for i in chunks if i not in eq.output]
     block_shape = tuple(chunks.get(i, sizes[i]) for i in eq.output)
 
-    def count(indices: Sequence[int]) -> int:
-        return prod(-(-sizes[i] // chunks[i]) for i in indices)
-
     def block(out_starts: Starts) -> jax.Array:
         carry = init(block_shape, out_starts)
         if not sum_indices:
             return finish(step(carry, out_starts, {}), out_starts)
-
-        total = count(sum_indices)
-
-        def body(carry, t):
-            starts, valid = chunk_grid(
-                sizes, chunks, sum_indices, jnp.minimum(t, total - 1)
-            )
-            new = step(carry, {**out_starts, **starts}, valid)
-            # Past the grid (a device's share, see ``part``) the carry stays as
-            # it was. Without ``part`` the select is always true, and it is kept
-            # for speed: XLA CPU runs a lone elementwise op (the accumulating
-            # ``add`` after a dot) as a single-op fusion ~2.5x slower than a
-            # fused add+select (47 vs 18 us for a 512x512 add, profiled; the
-            # seed formula at n=512 runs 5% faster with it).
-            new = jax.tree.map(partial(jnp.where, t < total), new, carry)
-            return new, None
-
-        if checkpoint:
-            body = jax.checkpoint(body)
-        first = jnp.int32(0) if part is None else part.start
-        length = total if part is None else part.count
-        carry = _counted_scan(body, carry, first, length)
+        carry = _fold_chunks(
+            step, carry, out_starts, sizes, chunks, sum_indices, checkpoint, part
+        )
         return finish(carry, out_starts)
 
     if not out_indices:
@@ -197,7 +176,52 @@ def sweep(
         outer = jax.checkpoint(outer)
     shape = tuple(sizes[i] for i in eq.output)
     full = jax.tree.map(partial(jnp.zeros, shape), out_dtype)
-    return _counted_scan(outer, full, jnp.int32(0), count(out_indices))
+    length = _grid_size(sizes, chunks, out_indices)
+    return _counted_scan(outer, full, jnp.int32(0), length)
+
+
+def _grid_size(
+    sizes: Sequence[int], chunks: dict[int, int], indices: Sequence[int]
+) -> int:
+    """How many chunks the grid over ``indices`` has."""
+    return prod(-(-sizes[i] // chunks[i]) for i in indices)
+
+
+def _fold_chunks(
+    step: Step,
+    carry: Carry,
+    out_starts: Starts,
+    sizes: Sequence[int],
+    chunks: dict[int, int],
+    sum_indices: Sequence[int],
+    checkpoint: bool,
+    part: Part | None,
+) -> Carry:
+    """Fold the summed chunks of one output block into ``carry``, in one scan.
+
+    With ``part``, only its share of the chunk numbers (see ``sweep``).
+    """
+    total = _grid_size(sizes, chunks, sum_indices)
+
+    def body(carry, t):
+        starts, valid = chunk_grid(
+            sizes, chunks, sum_indices, jnp.minimum(t, total - 1)
+        )
+        new = step(carry, {**out_starts, **starts}, valid)
+        # Past the grid (a device's share, see ``part``) the carry stays as
+        # it was. Without ``part`` the select is always true, and it is kept
+        # for speed: XLA CPU runs a lone elementwise op (the accumulating
+        # ``add`` after a dot) as a single-op fusion ~2.5x slower than a
+        # fused add+select (47 vs 18 us for a 512x512 add, profiled; the
+        # seed formula at n=512 runs 5% faster with it).
+        new = jax.tree.map(partial(jnp.where, t < total), new, carry)
+        return new, None
+
+    if checkpoint:
+        body = jax.checkpoint(body)
+    first = jnp.int32(0) if part is None else part.start
+    length = total if part is None else part.count
+    return _counted_scan(body, carry, first, length)
 
 
 def _counted_scan(body, carry, first: jax.Array, length: int):

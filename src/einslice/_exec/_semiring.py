@@ -1,15 +1,18 @@
-"""The three semirings: how to multiply pairs, sum out axes and combine chunks.
+"""The three semirings in JAX: how to multiply pairs, sum out axes, combine chunks.
 
 "sum" is the ordinary einsum. "log" works on log-values: products are sums and
 sums are log-sum-exp, computed on the matrix unit by shifting each side by its
 max over the contracted axes, exponentiating, ``dot_general``, log, and adding
 the shifts back. "max" is max-plus (tropical): products are sums, sums are max.
 Every log-space rule is written so that all ``-inf`` input gives ``-inf`` out,
-and a zero (not NaN) derivative.
+and a zero (not NaN) derivative. What each semiring is (its identity, how it
+contracts, how its derivative behaves) is ``_plan/_semiring.Semiring``; its
+reductions and chunk combiners are the mappings ``_REDUCE`` and ``_COMBINE``.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -22,10 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import DTypeLike
 
-# A log-space step contracting at most this many entries sums the materialized
-# union exactly (no matrix unit, no underflow repair): cheaper to compile and
-# run for the binary and small domains of graphical models.
-SMALL_CONTRACTION = 16
+from .._plan._semiring import LOG, MAX, SUM, Semiring
 
 DimensionNumbers = tuple[
     tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
@@ -58,18 +58,14 @@ def widened(x: jax.Array, config: Config) -> jax.Array:
     return x if jnp.promote_types(x.dtype, wanted) == x.dtype else x.astype(wanted)
 
 
-def zero(semiring: str, dtype) -> jax.Array:
+def zero(ring: Semiring, dtype) -> jax.Array:
     """The semiring's additive identity: 0, or -inf in log and max."""
-    return jnp.array(0 if semiring == "sum" else -jnp.inf, dtype)
+    return jnp.array(ring.zero, dtype)
 
 
-def combine(semiring: str, acc: jax.Array, x: jax.Array) -> jax.Array:
+def combine(ring: Semiring, acc: jax.Array, x: jax.Array) -> jax.Array:
     """Add two partial results (chunks) in the semiring."""
-    if semiring == "sum":
-        return acc + x
-    if semiring == "log":
-        return jnp.logaddexp(acc, x)
-    return jnp.maximum(acc, x)
+    return _COMBINE[ring](acc, x)
 
 
 def _is_weak(x: jax.Array) -> bool:
@@ -77,18 +73,19 @@ def _is_weak(x: jax.Array) -> bool:
     return jax.typeof(x).weak_type
 
 
-def reduce(semiring: str, x: jax.Array, axes: Sequence[int]) -> jax.Array:
+def reduce(ring: Semiring, x: jax.Array, axes: Sequence[int]) -> jax.Array:
     """Sum out ``axes`` in the semiring."""
     axes = tuple(axes)
     if not axes:
         return x
-    if semiring == "sum":
-        if _is_weak(x):  # lax keeps the weak type, which jnp.sum drops
-            return lax.reduce_sum(x, axes)
-        return jnp.sum(x, axis=axes, dtype=x.dtype)  # jnp.sum would widen ints
-    if semiring == "log":
-        return log_sum(x, axes)
-    return max_first(x, axes)
+    return _REDUCE[ring](x, axes)
+
+
+def _plain_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """Sum over ``axes`` in ``x``'s own dtype, keeping a weak type weak."""
+    if _is_weak(x):  # lax keeps the weak type, which jnp.sum drops
+        return lax.reduce_sum(x, axes)
+    return jnp.sum(x, axis=axes, dtype=x.dtype)  # jnp.sum would widen ints
 
 
 def _safe_shift(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
@@ -116,13 +113,13 @@ def _log_sum_jvp(axes, primals, tangents):
     return out, jnp.sum(weights * tx, axis=axes) / safe
 
 
-def elementwise(semiring: str, left: jax.Array, right: jax.Array) -> jax.Array:
+def elementwise(ring: Semiring, left: jax.Array, right: jax.Array) -> jax.Array:
     """The semiring product of two broadcast-compatible arrays."""
-    return left * right if semiring == "sum" else left + right
+    return left * right if ring.multiplies else left + right
 
 
 def pair(
-    semiring: str,
+    ring: Semiring,
     left: jax.Array,
     right: jax.Array,
     dims: DimensionNumbers,
@@ -134,19 +131,17 @@ def pair(
     free, right free. Steps that contract nothing go through ``elementwise``.
     """
     (left_c, _), _ = dims
-    if semiring == "sum":
-        return dot(
-            left,
-            right,
-            dims,
-            precision=config.precision,
-            preferred_element_type=config.preferred_element_type,
-        )
-    if semiring == "log":
-        if prod(left.shape[a] for a in left_c) <= SMALL_CONTRACTION:
-            return _union_reduce(left, right, dims, log_sum)
+    if ring.contracts_by_union(prod(left.shape[a] for a in left_c)):
+        return _union_reduce(left, right, dims, _REDUCE[ring])
+    if ring.shifted_exp_dot:
         return log_dot(left, right, dims, config.precision)
-    return _union_reduce(left, right, dims, _max_over)
+    return dot(
+        left,
+        right,
+        dims,
+        precision=config.precision,
+        preferred_element_type=config.preferred_element_type,
+    )
 
 
 def dot(left, right, dims: DimensionNumbers, **options) -> jax.Array:
@@ -260,10 +255,6 @@ def _outer(op, left: jax.Array, right: jax.Array, dims: DimensionNumbers) -> jax
     lhs = lhs.reshape(lhs.shape + (1,) * n_r)
     rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
     return op(lhs, rhs)
-
-
-def _max_over(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-    return max_first(x, axes)
 
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
@@ -422,3 +413,8 @@ def _exact_log_dot(left, right, dims: DimensionNumbers):
     init = jnp.full((n_b, n_m, n_n), -jnp.inf, lhs.dtype)
     out, _ = lax.scan(add_term, init, jnp.arange(n_k))
     return out.reshape(shape)
+
+
+# Each semiring's sum over axes (never empty) and its sum of two partial results.
+_REDUCE = {SUM: _plain_sum, LOG: log_sum, MAX: max_first}
+_COMBINE = {SUM: operator.add, LOG: jnp.logaddexp, MAX: jnp.maximum}

@@ -31,6 +31,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
+from .._plan._semiring import LOG, MAX, SUM, Semiring
 from .._plan._slice import shard_plan, summed_chunk_count
 from .._plan._types import Equation, Plan
 from ._scan import Part
@@ -145,19 +146,23 @@ def split(
     return sharded(*args)
 
 
-def all_reduce(semiring: str, x: jax.Array, axis: str) -> jax.Array:
+def all_reduce(ring: Semiring, x: jax.Array, axis: str) -> jax.Array:
     """Combine partial results across ``axis`` in the semiring."""
-    if semiring == "sum":
-        return lax.psum(x, axis)
-    if semiring == "max":
-        return lax.pmax(x, axis)
-    # log Σ_d exp(x_d), shifted by the max; all -inf gives -inf, never NaN.
+    return _ALL_REDUCE[ring](x, axis)
+
+
+def _log_all_reduce(x: jax.Array, axis: str) -> jax.Array:
+    """Log Σ_d exp(x_d), shifted by the max; all -inf gives -inf, never NaN."""
     shift = lax.pmax(x, axis)
     shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
     return jnp.log(lax.psum(jnp.exp(x - shift), axis)) + shift
 
 
-def tangent_reduce(semiring: str, x, axis: str) -> jax.Array:
+# The collectives that ``Semiring.all_reduce`` names, as JAX runs them.
+_ALL_REDUCE = {SUM: lax.psum, LOG: _log_all_reduce, MAX: lax.pmax}
+
+
+def tangent_reduce(ring: Semiring, x, axis: str) -> jax.Array:
     """Combine per-device output tangents across ``axis``.
 
     "sum" and "log" add them (each "log" chunk was already weighted against
@@ -167,7 +172,7 @@ def tangent_reduce(semiring: str, x, axis: str) -> jax.Array:
     (With operands used in place they hold ascending shards of the split
     index instead, so ties between devices may resolve differently.)
     """
-    if semiring != "max":
+    if not ring.selective:
         return lax.psum(x, axis)
     tangent, taken = x
     me = lax.axis_index(axis)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
+from .._plan._semiring import Semiring
 from .._plan._types import Step
 from . import _semiring
 from ._semiring import Config
@@ -45,7 +46,7 @@ def _diagonal(x: jax.Array, axis1: int, axis2: int) -> jax.Array:
 
 
 def run_step(
-    semiring: str,
+    ring: Semiring,
     step: Step,
     left: jax.Array,
     left_term: tuple[int, ...],
@@ -55,21 +56,21 @@ def run_step(
 ) -> jax.Array:
     """Contract two nodes as one ``dot_general`` (or its semiring analogue)."""
     keep = set(step.result) | set(step.contracted)
-    left, left_term = _drop(semiring, left, left_term, keep, config)
-    right, right_term = _drop(semiring, right, right_term, keep, config)
+    left, left_term = _drop(ring, left, left_term, keep, config)
+    right, right_term = _drop(ring, right, right_term, keep, config)
     if not step.contracted:
-        if semiring == "sum":  # as dot_general would, in the preferred type
+        if ring.widens:  # as dot_general would, in the preferred type
             left, right = (
                 _semiring.widened(left, config),
                 _semiring.widened(right, config),
             )
         return _semiring.elementwise(
-            semiring,
+            ring,
             _broadcast(left, left_term, step.result),
             _broadcast(right, right_term, step.result),
         )
     dims = dimension_numbers(step, left_term, right_term)
-    return _semiring.pair(semiring, left, right, dims, config)
+    return _semiring.pair(ring, left, right, dims, config)
 
 
 def dimension_numbers(
@@ -90,7 +91,7 @@ def dimension_numbers(
 
 
 def _drop(
-    semiring: str,
+    ring: Semiring,
     x: jax.Array,
     term: tuple[int, ...],
     keep: set[int],
@@ -100,9 +101,9 @@ def _drop(
     axes = [a for a, i in enumerate(term) if i not in keep]
     if not axes:
         return x, term
-    if semiring == "sum":
+    if ring.widens:
         x = _semiring.widened(x, config)
-    return _semiring.reduce(semiring, x, axes), tuple(i for i in term if i in keep)
+    return _semiring.reduce(ring, x, axes), tuple(i for i in term if i in keep)
 
 
 def _broadcast(x: jax.Array, term: tuple[int, ...], result: tuple[int, ...]):

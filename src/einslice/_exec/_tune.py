@@ -105,7 +105,7 @@ def ranked_with_plain(plans: tuple[Plan, ...], count: int = TOP_K) -> tuple[Plan
     unsliced = next((p for p in plans if not p.chunks), None)
     if (
         unsliced is not None
-        and unsliced.semiring == "sum"
+        and unsliced.ring.jnp_einsum
         and unsliced.path
         and unsliced.devices == 1
         and unsliced.mesh is None

@@ -18,6 +18,7 @@ from math import log2, prod
 
 from ._order import needs_transpose
 from ._profile import CPU_DEFAULT, Profile
+from ._semiring import Semiring, semiring_named
 from ._types import Cost, Step
 
 # The time model counts in units of one FLOP at the profile's matmul rate
@@ -41,8 +42,6 @@ from ._types import Cost, Step
 #   measured at ~1.1 ns per result entry plus 0.15 ns per operand entry.
 PEAK_PREFERENCE = 0.06
 LOG_SCALED_MAX_STEPS = 16  # mirrors _exec/_scaled.MAX_STEPS
-# Mirrors _exec/_semiring.SMALL_CONTRACTION: log steps this small use the union.
-SMALL_CONTRACTION = 16
 ALIGNMENT = 64
 LOOP_BYTES = 1024
 
@@ -88,7 +87,12 @@ class Body:
     prepared: tuple[tuple[int, ...], ...]  # after diagonal and pre-reduction
     steps: tuple[Step, ...]
     output: tuple[int, ...]
-    semiring: str
+    semiring: str  # its name, as users give it
+
+    @property
+    def ring(self) -> Semiring:
+        """The `Semiring` that ``semiring`` names."""
+        return semiring_named(self.semiring)
 
 
 def chunked_sizes(sizes: Sequence[int], chunks: dict[int, int]) -> list[int]:
@@ -156,8 +160,26 @@ def peak_bytes(
     (arguments as for ``evaluate``).
     """
     local = chunked_sizes(sizes, chunks)
-    count = n_chunks(sizes, chunks)
-    nodes = [*body.prepared, *(s.result for s in body.steps)]
+    peak, live = _steps_peak(body, chunks, local)
+    block = _numel(body.output, local)
+    if tuple(_final_term(body)) != tuple(body.output) and chunks:
+        peak = max(peak, live + block)  # the block in output order
+    if any(i not in body.output for i in chunks):
+        peak += block  # the accumulator carried across summed chunks
+    if tangent:
+        peak = _tangent_peak(body, sizes, chunks, peak)
+    return int(peak * itemsize) + _buffer_overheads(body, sizes, chunks, tangent)
+
+
+def _steps_peak(
+    body: Body, chunks: dict[int, int], local: Sequence[int]
+) -> tuple[int, int]:
+    """Peak entries alive while a chunk's steps run, and those alive after them.
+
+    Sliced, diagonal and pre-reduced operands are alive from the start; each
+    step adds its result and its transients, and frees the temporaries it read.
+    """
+    nodes = _node_terms(body)
     n_ops = len(body.terms)
     live = 0
     for term, prepared in zip(body.terms, body.prepared, strict=True):
@@ -167,53 +189,82 @@ def peak_bytes(
             live += _numel(prepared, local)
     peak = live
     made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
+    ring = body.ring
     for s, step in enumerate(body.steps):
         left, right = nodes[step.left], nodes[step.right]
         size_l, size_r = _numel(left, local), _numel(right, local)
         size_out = _numel(step.result, local)
         if not chunks and s == len(body.steps) - 1 and step.result == body.output:
             size_out = 0  # the last step writes the output buffer itself
-        small = _numel(step.contracted, local) <= SMALL_CONTRACTION
-        if step.contracted and (
-            body.semiring == "max" or (body.semiring == "log" and small)
-        ):
-            transient = 2 * _numel(_unique(left + right), local)
-        elif body.semiring == "log" and step.contracted:
-            # shifted exponentials, finite masks and transposed copies of both
-            # sides; total, support, log and the exact repair's loop buffers.
-            transient = 4 * (size_l + size_r) + 6 * _numel(step.result, local)
-        else:
-            transient = size_l + size_r
+        transient = _step_transient(ring, step, left, right, local)
         peak = max(peak, live + transient + size_out)
         live += (
             size_out
             - (size_l if made[step.left] else 0)
             - (size_r if made[step.right] else 0)
         )
-    block = _numel(body.output, local)
-    final = nodes[-1] if nodes else ()
-    if tuple(final) != tuple(body.output) and chunks:
-        peak = max(peak, live + block)  # the block in output order
-    if any(i not in body.output for i in chunks):
-        peak += block  # the accumulator carried across summed chunks
-    if tangent:
-        # The transposed body keeps the recomputed forward alive beside the
-        # cotangents of every node (about three bodies), and accumulates each
-        # operand's cotangent at full size.
-        peak = 2 * peak + 2 * sum(_numel(t, sizes) for t in body.terms)
-        if any(i in body.output for i in chunks):
-            # the output's cotangent, read block by block, and its copy
-            peak += 2 * _numel(body.output, sizes)
-    # XLA aligns every buffer (64 bytes) and a loop keeps a few small buffers
-    # of its own (counters, predicates, tuples): measured below 1 kB.
-    overhead = ALIGNMENT * (n_ops + len(body.steps) + 2)
+    return peak, live
+
+
+def _step_transient(
+    ring: Semiring,
+    step: Step,
+    left: tuple[int, ...],
+    right: tuple[int, ...],
+    local: Sequence[int],
+) -> int:
+    """Entries a step holds beside its result: copies of its sides, scratch."""
+    size_l, size_r = _numel(left, local), _numel(right, local)
+    if step.contracted and ring.contracts_by_union(_numel(step.contracted, local)):
+        return 2 * _numel(_unique(left + right), local)
+    if step.contracted and ring.shifted_exp_dot:
+        # shifted exponentials, finite masks and transposed copies of both
+        # sides; total, support, log and the exact repair's loop buffers.
+        return 4 * (size_l + size_r) + 6 * _numel(step.result, local)
+    return size_l + size_r
+
+
+def _tangent_peak(
+    body: Body, sizes: Sequence[int], chunks: dict[int, int], peak: int
+) -> int:
+    """Peak entries of the derivative pass, from the forward chunk's ``peak``.
+
+    The transposed body keeps the recomputed forward alive beside the
+    cotangents of every node (about three bodies), and accumulates each
+    operand's cotangent at full size.
+    """
+    peak = 2 * peak + 2 * sum(_numel(t, sizes) for t in body.terms)
+    if any(i in body.output for i in chunks):
+        # the output's cotangent, read block by block, and its copy
+        peak += 2 * _numel(body.output, sizes)
+    return peak
+
+
+def _buffer_overheads(
+    body: Body, sizes: Sequence[int], chunks: dict[int, int], tangent: bool
+) -> int:
+    """Bytes beyond the entries: buffer alignment, loop state, loop residuals.
+
+    XLA aligns every buffer (64 bytes) and a loop keeps a few small buffers
+    of its own (counters, predicates, tuples): measured below 1 kB.
+    """
+    overhead = ALIGNMENT * (len(body.terms) + len(body.steps) + 2)
     overhead += LOOP_BYTES if chunks else 0
-    total = int(peak * itemsize) + overhead * (6 if tangent else 1)
+    total = overhead * (6 if tangent else 1)
     if tangent and chunks:
         # Reverse mode keeps each chunk's loop counter (int32, in both loops)
         # as a residual: 8 bytes per chunk.
-        total += 8 * count
+        total += 8 * n_chunks(sizes, chunks)
     return total
+
+
+@dataclass(slots=True)
+class _ChunkWork:
+    """One chunk's FLOPs, memory-traffic cost and kernels, as they add up."""
+
+    flops: int = 0
+    traffic: float = 0.0
+    kernels: int = 0
 
 
 def estimate_time(
@@ -237,43 +288,15 @@ def estimate_time(
         peak = peak_bytes(body, sizes, chunks, itemsize, tangent)
     local = chunked_sizes(sizes, chunks)
     count = n_chunks(sizes, chunks)
-    nodes = [*body.prepared, *(s.result for s in body.steps)]
-    flops = 0
-    traffic = 0.0
-    kernels = 1 + len(body.steps)
-    for term, prepared in zip(body.terms, body.prepared, strict=True):
-        size_in = _input_size(term, local)
-        if any(i in chunks for i in term):
-            traffic += _slice_read_cost(
-                term, sizes, local, chunks, itemsize, profile, units
-            )
-            kernels += 1
-        if prepared != _unique(term) or len(set(term)) < len(term):
-            flops += _numel(term, local) if prepared != _unique(term) else 0
-            traffic += _bytes_cost(
-                (size_in + _numel(prepared, local)) * itemsize, profile, units
-            )
-            kernels += 1
-    for step in body.steps:
-        left, right = nodes[step.left], nodes[step.right]
-        size_l, size_r = _numel(left, local), _numel(right, local)
-        size_out = _numel(step.result, local)
-        flops += step_flops(step, left, right, local)
-        traffic += _bytes_cost((size_l + size_r + size_out) * itemsize, profile, units)
-        traffic += _gemm_penalty(step, left, right, local, profile, units)
-        if step.contracted:
-            batch = tuple(i for i in step.result if i in left and i in right)
-            for term, size in ((left, size_l), (right, size_r)):
-                if needs_transpose(term, batch, step.contracted):
-                    traffic += 2 * size * itemsize * units.byte_transpose
-    block = _numel(body.output, local)
-    final = nodes[-1] if nodes else ()
-    if tuple(final) != tuple(body.output):
-        traffic += 2 * block * itemsize * units.byte_transpose
-    total_flops = flops * count
-    time = total_flops + traffic * count + units.chunk * (count if chunks else 0)
-    time += units.launch * kernels * count
-    if body.semiring == "log" and chunks and len(body.steps) <= LOG_SCALED_MAX_STEPS:
+    work = _ChunkWork(kernels=1 + len(body.steps))
+    _add_operand_work(work, body, sizes, local, chunks, itemsize, profile, units)
+    _add_step_work(work, body, local, itemsize, profile, units)
+    total_flops = work.flops * count
+    time = total_flops + work.traffic * count + units.chunk * (count if chunks else 0)
+    time += units.launch * work.kernels * count
+    scaled = body.ring.scaled_form and len(body.steps) <= LOG_SCALED_MAX_STEPS
+    if scaled and chunks:
+        block = _numel(body.output, local)
         entries = sum(_numel(p, local) for p in body.prepared) + block
         time += count * units.log_entry * entries
     time += units.fresh_page * max(0, peak - profile.fresh_pages_from)
@@ -290,6 +313,72 @@ def estimate_time(
             full = sum(_numel(_unique(t), sizes) for t in body.terms)
             time += count * _bytes_cost(3 * full * itemsize, profile, units)
     return int(total_flops), float(time) / profile.matmul_flops
+
+
+def _add_operand_work(
+    work: _ChunkWork,
+    body: Body,
+    sizes: Sequence[int],
+    local: Sequence[int],
+    chunks: dict[int, int],
+    itemsize: int,
+    profile: Profile,
+    units: _Units,
+) -> None:
+    """Add the work of slicing operands, taking diagonals and pre-reducing."""
+    for term, prepared in zip(body.terms, body.prepared, strict=True):
+        size_in = _input_size(term, local)
+        if any(i in chunks for i in term):
+            work.traffic += _slice_read_cost(
+                term, sizes, local, chunks, itemsize, profile, units
+            )
+            work.kernels += 1
+        if prepared != _unique(term) or len(set(term)) < len(term):
+            work.flops += _numel(term, local) if prepared != _unique(term) else 0
+            work.traffic += _bytes_cost(
+                (size_in + _numel(prepared, local)) * itemsize, profile, units
+            )
+            work.kernels += 1
+
+
+def _add_step_work(
+    work: _ChunkWork,
+    body: Body,
+    local: Sequence[int],
+    itemsize: int,
+    profile: Profile,
+    units: _Units,
+) -> None:
+    """Add the work of the pairwise steps and of laying out the output block."""
+    nodes = _node_terms(body)
+    for step in body.steps:
+        left, right = nodes[step.left], nodes[step.right]
+        size_l, size_r = _numel(left, local), _numel(right, local)
+        size_out = _numel(step.result, local)
+        work.flops += step_flops(step, left, right, local)
+        work.traffic += _bytes_cost(
+            (size_l + size_r + size_out) * itemsize, profile, units
+        )
+        work.traffic += _gemm_penalty(step, left, right, local, profile, units)
+        if step.contracted:
+            batch = tuple(i for i in step.result if i in left and i in right)
+            for term, size in ((left, size_l), (right, size_r)):
+                if needs_transpose(term, batch, step.contracted):
+                    work.traffic += 2 * size * itemsize * units.byte_transpose
+    if tuple(_final_term(body)) != tuple(body.output):
+        block = _numel(body.output, local)
+        work.traffic += 2 * block * itemsize * units.byte_transpose
+
+
+def _node_terms(body: Body) -> list[tuple[int, ...]]:
+    """Indices of every node: prepared operands, then each step's result."""
+    return [*body.prepared, *(s.result for s in body.steps)]
+
+
+def _final_term(body: Body) -> tuple[int, ...]:
+    """Indices of the last node (the chunk's result before its transpose)."""
+    nodes = _node_terms(body)
+    return nodes[-1] if nodes else ()
 
 
 def _input_size(term: Sequence[int], local: Sequence[int]) -> int:

@@ -8,47 +8,11 @@ from ._memory import format_bytes
 from ._slice import shard_plan, summed_chunk_count
 from ._types import Plan
 
-# The collectives that combine devices' partial outputs, per semiring.
-_ALL_REDUCE = {
-    "sum": "psum",
-    "log": "pmax + psum (log-add-exp)",
-    "max": "pmax",
-}
-
 
 def describe(plan: Plan) -> str:
     """A readable report of a plan, in the spirit of opt_einsum's PathInfo."""
-    eq = plan.equation
-    sizes = eq.sizes
-    chunks = dict(plan.chunks)
-    local = [chunks.get(i, s) for i, s in enumerate(sizes)]
-    shown = ", ".join(
-        f"{eq.names[i]}={s}" for i, s in enumerate(sizes) if i in set().union(*eq.terms)
-    )
-    speedup = plan.naive_flops / max(plan.flops, 1)
-    lines = [
-        f"  Equation: {eq.text()}   ({plan.semiring} semiring, {plan.dtype})",
-        f"     Sizes: {shown}",
-        f"     FLOPs: {plan.flops:.4g} planned vs {plan.naive_flops:.4g} naive "
-        f"({speedup:.3g}x fewer)",
-        f"    Memory: predicted peak {format_bytes(plan.peak_bytes)} of "
-        f"limit {format_bytes(plan.memory_limit)} (temporary bytes; inputs and "
-        "output excluded)",
-    ]
-    if chunks:
-        sliced = ", ".join(
-            f"{eq.names[i]}: chunk {c} of {sizes[i]} ({-(-sizes[i] // c)} chunks)"
-            for i, c in plan.chunks
-        )
-        lines.append(f"    Sliced: {sliced}; {plan.n_chunks} chunks in one lax.scan")
-    else:
-        lines.append("    Sliced: nothing (one pass, no loop)")
-    if plan.tangent_chunks != plan.chunks:
-        tangent = ", ".join(f"{eq.names[i]}: {c}" for i, c in plan.tangent_chunks)
-        lines.append(
-            f"  Gradient: chunks {{{tangent or 'none'}}}, predicted peak "
-            f"{format_bytes(plan.tangent_cost.peak_bytes)}"
-        )
+    lines = _summary(plan)
+    lines.extend(_slicing(plan))
     lines.extend(_devices(plan))
     if plan.hoisted:
         first = len(plan.steps) - plan.hoisted
@@ -62,22 +26,71 @@ def describe(plan: Plan) -> str:
         lines.append("  Lowering: one jnp.einsum call along this path (XLA's steps)")
     lines.extend(_choice(plan))
     if plan.steps and plan.lowering != "xla":
-        lines.append("")
-        lines.append(
-            f"  {'step':>4}  {'contraction':<40} {'FLOPs/chunk':>12} {'result':>10}"
-        )
-        nodes = plan.node_terms()
-        for s, step in enumerate(plan.steps):
-            left, right = nodes[step.left], nodes[step.right]
-            text = (
-                f"{eq.term_text(left)},{eq.term_text(right)}->"
-                f"{eq.term_text(step.result)}"
-            )
-            union = dict.fromkeys(left + right)
-            flops = prod(local[i] for i in union) * (2 if step.contracted else 1)
-            out = prod(local[i] for i in step.result) * plan.itemsize
-            lines.append(f"  {s:>4}  {text:<40} {flops:>12.3g} {format_bytes(out):>10}")
+        lines.extend(_step_table(plan))
     return "\n".join(lines)
+
+
+def _summary(plan: Plan) -> list[str]:
+    """The equation, its sizes, FLOPs against the naive count, and memory."""
+    eq = plan.equation
+    shown = ", ".join(
+        f"{eq.names[i]}={s}"
+        for i, s in enumerate(eq.sizes)
+        if i in set().union(*eq.terms)
+    )
+    speedup = plan.naive_flops / max(plan.flops, 1)
+    return [
+        f"  Equation: {eq.text()}   ({plan.semiring} semiring, {plan.dtype})",
+        f"     Sizes: {shown}",
+        f"     FLOPs: {plan.flops:.4g} planned vs {plan.naive_flops:.4g} naive "
+        f"({speedup:.3g}x fewer)",
+        f"    Memory: predicted peak {format_bytes(plan.peak_bytes)} of "
+        f"limit {format_bytes(plan.memory_limit)} (temporary bytes; inputs and "
+        "output excluded)",
+    ]
+
+
+def _slicing(plan: Plan) -> list[str]:
+    """The sliced indices and chunks of the forward and the gradient pass."""
+    eq = plan.equation
+    sizes = eq.sizes
+    if plan.chunks:
+        sliced = ", ".join(
+            f"{eq.names[i]}: chunk {c} of {sizes[i]} ({-(-sizes[i] // c)} chunks)"
+            for i, c in plan.chunks
+        )
+        lines = [f"    Sliced: {sliced}; {plan.n_chunks} chunks in one lax.scan"]
+    else:
+        lines = ["    Sliced: nothing (one pass, no loop)"]
+    if plan.tangent_chunks != plan.chunks:
+        tangent = ", ".join(f"{eq.names[i]}: {c}" for i, c in plan.tangent_chunks)
+        lines.append(
+            f"  Gradient: chunks {{{tangent or 'none'}}}, predicted peak "
+            f"{format_bytes(plan.tangent_cost.peak_bytes)}"
+        )
+    return lines
+
+
+def _step_table(plan: Plan) -> list[str]:
+    """One row per pairwise step: its contraction, FLOPs per chunk, result size."""
+    eq = plan.equation
+    chunks = dict(plan.chunks)
+    local = [chunks.get(i, s) for i, s in enumerate(eq.sizes)]
+    lines = [
+        "",
+        f"  {'step':>4}  {'contraction':<40} {'FLOPs/chunk':>12} {'result':>10}",
+    ]
+    nodes = plan.node_terms()
+    for s, step in enumerate(plan.steps):
+        left, right = nodes[step.left], nodes[step.right]
+        text = (
+            f"{eq.term_text(left)},{eq.term_text(right)}->{eq.term_text(step.result)}"
+        )
+        union = dict.fromkeys(left + right)
+        flops = prod(local[i] for i in union) * (2 if step.contracted else 1)
+        out = prod(local[i] for i in step.result) * plan.itemsize
+        lines.append(f"  {s:>4}  {text:<40} {flops:>12.3g} {format_bytes(out):>10}")
+    return lines
 
 
 def candidate_label(plan: Plan) -> str:
@@ -133,7 +146,7 @@ def _devices(plan: Plan) -> list[str]:
             "unsharded on one device"
         ]
     out_bytes = prod(eq.sizes[i] for i in eq.output) * plan.itemsize
-    reduced = out_bytes * (2 if plan.semiring == "log" else 1)
+    reduced = out_bytes * plan.ring.all_reduce_passes
     if plan.sharded is not None:
         # Operands arrive split along one index: each device scans every
         # chunk of its own shard; along an output index, that is its block of
@@ -169,6 +182,6 @@ def _devices(plan: Plan) -> list[str]:
     return [
         head,
         f" All-reduce: {format_bytes(reduced)} per device per call "
-        f"({_ALL_REDUCE[plan.semiring]} of the output; the gradient pass adds "
+        f"({plan.ring.all_reduce} of the output; the gradient pass adds "
         f"a psum of {format_bytes(out_bytes)})",
     ]

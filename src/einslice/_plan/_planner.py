@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import prod
@@ -9,11 +10,12 @@ from math import prod
 from .._errors import MemoryLimitError
 from ._cost import Body, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
-from ._order import find_path, to_steps, two_group_paths
+from ._order import Path, find_path, to_steps, two_group_paths
 from ._profile import CPU_DEFAULT, Profile
 from ._search import search_tree
+from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
-from ._types import SEMIRINGS, Cost, Equation, Plan
+from ._types import Cost, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
 # few operands); explicit paths and optimizer objects are called once.
@@ -113,88 +115,11 @@ def _search(
     profile: Profile,
 ) -> _Found:
     """Path and forward slicing: the fastest estimate within the limit."""
-    assert semiring in SEMIRINGS, semiring
-    prepared = prepare_terms(equation)
-    sizes = equation.sizes
-    output = equation.output
-    replan = isinstance(optimize, str | bool) and len(prepared) <= _REPLAN_MAX_OPERANDS
-    bodies: dict[tuple[int, ...], Body] = {}
-    # Every (path, chunking) tried that fits: the runners-up of the ranking.
-    fitting: dict[tuple, tuple[Body, dict[int, int], Cost]] = {}
-
-    def body_of(path: tuple[tuple[int, ...], ...], local: list[int]) -> Body:
-        steps = _steps(prepared, output, path, tuple(local))
-        return Body(equation.terms, prepared, steps, output, semiring)
-
-    # Re-planning for each trial chunking uses the fast greedy search when the
-    # strategy is "auto"; the chosen chunking then gets one full search.
-    replanner = "greedy" if optimize in ("auto", True) else optimize
-
-    grouped = two_group_paths(prepared, output, sizes) if replan else []
-
-    def search(base_path: tuple[tuple[int, ...], ...]) -> Slicing:
-        bodies.clear()
-        base_body = body_of(base_path, list(sizes))
-
-        def cost_fwd(chunks: dict[int, int]) -> Cost:
-            best_body = base_body
-            best = _cost(base_body, sizes, chunks, itemsize, profile)
-            if best.peak_bytes <= memory_limit:
-                fitting[(base_body.steps, _key(chunks))] = (base_body, chunks, best)
-            local = chunked_sizes(sizes, chunks)
-            paths = [base_path] if chunks else []
-            if replan:
-                paths.append(
-                    find_path(prepared, output, dict(enumerate(local)), replanner)
-                )
-                paths.extend(grouped)
-            for path in paths:
-                body = body_of(path, local)
-                cost = _cost(body, sizes, chunks, itemsize, profile)
-                if cost.peak_bytes <= memory_limit:
-                    fitting[(body.steps, _key(chunks))] = (body, chunks, cost)
-                if _better(cost, best, memory_limit):
-                    best_body, best = body, cost
-            bodies[_key(chunks)] = best_body
-            return best
-
-        candidates = list(dict.fromkeys([*searched, *_candidates(base_body, sizes)]))
-        found = choose_slicing(
-            cost_fwd,
-            sizes,
-            candidates,
-            memory_limit,
-            start=dict.fromkeys(searched if base_path == tree_path else (), 1),
-            profile=profile,
-        )
-        if _key(found.chunks) not in bodies:
-            cost_fwd(found.chunks)
-        return found
-
-    # Large networks under "auto": cotengra's hyper-search, slicing inside it
-    # (_search.py); the indices it sliced seed einslice's chunk sizing.
-    searched: tuple[int, ...] = ()
-    if optimize in ("auto", True) and len(prepared) > _REPLAN_MAX_OPERANDS:
-        tree = search_tree(
-            prepared, output, sizes, itemsize, memory_limit, semiring=semiring
-        )
-        tree_path, searched = tree.path, tree.sliced
-    else:
-        tree_path = find_path(prepared, output, dict(enumerate(sizes)), optimize)
-    forward = search(tree_path)
+    semiring_named(semiring)  # refuses an unknown name
+    run = _ForwardSearch(equation, itemsize, memory_limit, optimize, semiring, profile)
+    forward = run.slicing(run.tree_path)
     if not forward.fits and isinstance(optimize, str | bool):
-        # A FLOPs-optimal order can keep many intermediates alive that no
-        # slicing shrinks; orders that keep few alive may fit where it cannot.
-        for frugal in ("greedy", False):
-            path = find_path(prepared, output, dict(enumerate(sizes)), frugal)
-            kept = (forward, dict(bodies))
-            forward = search(path)
-            if forward.fits:
-                break
-            if kept[0].cost.peak_bytes <= forward.cost.peak_bytes:
-                forward = kept[0]
-                bodies.clear()
-                bodies.update(kept[1])
+        forward = run.frugal(forward)
     if not forward.fits:
         raise MemoryLimitError(
             f"memory_limit={format_bytes(memory_limit)} ({memory_limit} bytes) is "
@@ -206,23 +131,169 @@ def _search(
             smallest_limit=forward.cost.peak_bytes,
             flops=forward.cost.flops,
         )
-    body = bodies[_key(forward.chunks)]
-    if replan and forward.chunks and replanner != optimize:
-        local = chunked_sizes(sizes, forward.chunks)
-        full_search = body_of(
-            find_path(prepared, output, dict(enumerate(local)), optimize), local
+    body, forward = run.refined(forward)
+    return _Found(body, forward, run.runners_up(body, forward))
+
+
+class _ForwardSearch:
+    """One forward search: paths and chunkings tried, the best body of each.
+
+    ``bodies`` maps each chunking of the current slicing search to the best
+    body (path) found for it; ``fitting`` keeps every (path, chunking) tried
+    that fits the limit, across searches: the runners-up of the ranking.
+    """
+
+    def __init__(
+        self,
+        equation: Equation,
+        itemsize: int,
+        memory_limit: int,
+        optimize: object,
+        semiring: str,
+        profile: Profile,
+    ):
+        self.equation = equation
+        self.itemsize = itemsize
+        self.memory_limit = memory_limit
+        self.optimize = optimize
+        self.semiring = semiring
+        self.profile = profile
+        self.prepared = prepare_terms(equation)
+        self.bodies: dict[tuple[int, ...], Body] = {}
+        self.fitting: dict[tuple, tuple[Body, dict[int, int], Cost]] = {}
+        n_operands = len(self.prepared)
+        # Re-planning for each trial chunking uses the fast greedy search when
+        # the strategy is "auto"; the chosen chunking then gets one full search.
+        self.replan = (
+            isinstance(optimize, str | bool) and n_operands <= _REPLAN_MAX_OPERANDS
         )
-        cost = evaluate(full_search, sizes, forward.chunks, itemsize, profile=profile)
-        if _better(cost, forward.cost, memory_limit):
-            body, forward = full_search, Slicing(forward.chunks, cost, True)
-    chosen = (body.steps, _key(forward.chunks))
-    others = [
-        (b, Slicing(dict(chunks), cost, True))
-        for key, (b, chunks, cost) in fitting.items()
-        if key != chosen
-    ]
-    others.sort(key=lambda o: biased_ranking(o[1].cost, o[1].chunks, profile))
-    return _Found(body, forward, tuple(others[:_MAX_RUNNERS_UP]))
+        self.replanner = "greedy" if optimize in ("auto", True) else optimize
+        sizes, output = equation.sizes, equation.output
+        self.grouped = (
+            two_group_paths(self.prepared, output, sizes) if self.replan else []
+        )
+        # Large networks under "auto": cotengra's hyper-search, slicing inside it
+        # (_search.py); the indices it sliced seed einslice's chunk sizing.
+        self.searched: tuple[int, ...] = ()
+        if optimize in ("auto", True) and n_operands > _REPLAN_MAX_OPERANDS:
+            tree = search_tree(
+                self.prepared, output, sizes, itemsize, memory_limit, semiring=semiring
+            )
+            self.tree_path, self.searched = tree.path, tree.sliced
+        else:
+            self.tree_path = self.path(sizes, optimize)
+
+    def path(self, local: Sequence[int], strategy: object) -> Path:
+        """A path over the prepared operands for index sizes ``local``."""
+        output = self.equation.output
+        return find_path(self.prepared, output, dict(enumerate(local)), strategy)
+
+    def body_of(self, path: Path, local: Sequence[int]) -> Body:
+        """The per-chunk program of ``path`` with chunk sizes ``local``."""
+        eq = self.equation
+        steps = _steps(self.prepared, eq.output, path, tuple(local))
+        return Body(eq.terms, self.prepared, steps, eq.output, self.semiring)
+
+    def slicing(self, base_path: Path) -> Slicing:
+        """The best chunking of ``base_path`` (re-planned per chunking if allowed)."""
+        sizes = self.equation.sizes
+        self.bodies.clear()
+        base_body = self.body_of(base_path, sizes)
+        candidates = _candidates(base_body, sizes)
+        candidates = list(dict.fromkeys([*self.searched, *candidates]))
+        seeds = self.searched if base_path == self.tree_path else ()
+
+        def cost(chunks: dict[int, int]) -> Cost:
+            return self.chunking_cost(base_path, base_body, chunks)
+
+        found = choose_slicing(
+            cost,
+            sizes,
+            candidates,
+            self.memory_limit,
+            start=dict.fromkeys(seeds, 1),
+            profile=self.profile,
+        )
+        if _key(found.chunks) not in self.bodies:
+            cost(found.chunks)
+        return found
+
+    def chunking_cost(
+        self, base_path: Path, base_body: Body, chunks: dict[int, int]
+    ) -> Cost:
+        """The best cost of a chunking over the base path and its re-plans.
+
+        Records the best body in ``bodies`` and every fitting one in ``fitting``.
+        """
+        sizes, limit = self.equation.sizes, self.memory_limit
+        best_body = base_body
+        best = _cost(base_body, sizes, chunks, self.itemsize, self.profile)
+        if best.peak_bytes <= limit:
+            self.fitting[(base_body.steps, _key(chunks))] = (base_body, chunks, best)
+        local = chunked_sizes(sizes, chunks)
+        paths = [base_path] if chunks else []
+        if self.replan:
+            paths.append(self.path(local, self.replanner))
+            paths.extend(self.grouped)
+        for path in paths:
+            body = self.body_of(path, local)
+            cost = _cost(body, sizes, chunks, self.itemsize, self.profile)
+            if cost.peak_bytes <= limit:
+                self.fitting[(body.steps, _key(chunks))] = (body, chunks, cost)
+            if _better(cost, best, limit):
+                best_body, best = body, cost
+        self.bodies[_key(chunks)] = best_body
+        return best
+
+    def frugal(self, forward: Slicing) -> Slicing:
+        """Retry with orders that keep few intermediates alive, when none fit.
+
+        A FLOPs-optimal order can keep many intermediates alive that no
+        slicing shrinks; orders that keep few alive may fit where it cannot.
+        The smallest peak is kept when none fits.
+        """
+        for strategy in ("greedy", False):
+            path = self.path(self.equation.sizes, strategy)
+            kept = (forward, dict(self.bodies))
+            forward = self.slicing(path)
+            if forward.fits:
+                break
+            if kept[0].cost.peak_bytes <= forward.cost.peak_bytes:
+                forward = kept[0]
+                self.bodies.clear()
+                self.bodies.update(kept[1])
+        return forward
+
+    def refined(self, forward: Slicing) -> tuple[Body, Slicing]:
+        """The chosen chunking's body, re-planned with the full path search.
+
+        Trial chunkings re-plan with the fast replanner; the chosen one gets
+        the strategy asked for, kept when it is better.
+        """
+        body = self.bodies[_key(forward.chunks)]
+        if self.replan and forward.chunks and self.replanner != self.optimize:
+            sizes = self.equation.sizes
+            local = chunked_sizes(sizes, forward.chunks)
+            full_search = self.body_of(self.path(local, self.optimize), local)
+            cost = evaluate(
+                full_search, sizes, forward.chunks, self.itemsize, profile=self.profile
+            )
+            if _better(cost, forward.cost, self.memory_limit):
+                body, forward = full_search, Slicing(forward.chunks, cost, True)
+        return body, forward
+
+    def runners_up(
+        self, body: Body, forward: Slicing
+    ) -> tuple[tuple[Body, Slicing], ...]:
+        """The best fitting (body, slicing) pairs tried, other than the chosen."""
+        chosen = (body.steps, _key(forward.chunks))
+        others = [
+            (b, Slicing(dict(chunks), cost, True))
+            for key, (b, chunks, cost) in self.fitting.items()
+            if key != chosen
+        ]
+        others.sort(key=lambda o: biased_ranking(o[1].cost, o[1].chunks, self.profile))
+        return tuple(others[:_MAX_RUNNERS_UP])
 
 
 def _finish(
@@ -240,18 +311,7 @@ def _finish(
 ) -> Plan:
     """The derivative's slicing, devices, hoisting and gradient limit: a Plan."""
     sizes = equation.sizes
-    output = equation.output
-    prepared = body.prepared
-    # Hoisting keeps the loop's result and its cotangent beside the derivative
-    # pass: leave room for them, else the slicing would fill the limit first.
-    room = 2 * itemsize * prod(sizes[i] for i in output) if hoistable_steps(body) else 0
-    tangent = choose_slicing(
-        lambda chunks: _cost(body, sizes, chunks, itemsize, profile, tangent=True),
-        sizes,
-        _candidates(body, sizes),
-        max(memory_limit - room, 0),
-        profile=profile,
-    )
+    tangent = _tangent_slicing(body, sizes, itemsize, memory_limit, profile)
     if devices > 1:
         forward, tangent = _spread(
             body, sizes, itemsize, memory_limit, forward, tangent, devices, profile
@@ -264,30 +324,16 @@ def _finish(
         )
     gradient_limit = memory_limit
     if tangent.cost.peak_bytes > memory_limit and not probe:
-        # A larger limit changes the forward plan and with it the derivative's
-        # needs: find a limit that holds once re-planned, so retrying works.
-        gradient_limit = tangent.cost.peak_bytes
-        for _ in range(8):
-            retry = make_plan(
-                equation,
-                itemsize,
-                dtype,
-                gradient_limit,
-                optimize,
-                semiring,
-                devices,
-                probe=True,
-                profile=profile,
-            )
-            if retry.tangent_cost.peak_bytes <= gradient_limit:
-                break
-            gradient_limit = retry.tangent_cost.peak_bytes
+        needed = tangent.cost.peak_bytes
+        gradient_limit = _gradient_limit(
+            equation, itemsize, dtype, needed, optimize, semiring, devices, profile
+        )
     return Plan(
         gradient_limit=gradient_limit,
         equation=equation,
         semiring=semiring,
         itemsize=itemsize,
-        prepared=prepared,
+        prepared=body.prepared,
         steps=body.steps,
         path=pairs,
         chunks=tuple(sorted(forward.chunks.items())),
@@ -300,6 +346,64 @@ def _finish(
         devices=devices,
         hoisted=hoisted,
     )
+
+
+def _tangent_slicing(
+    body: Body,
+    sizes: tuple[int, ...],
+    itemsize: int,
+    memory_limit: int,
+    profile: Profile,
+) -> Slicing:
+    """The derivative pass's slicing of ``body``, leaving room for hoisting.
+
+    Hoisting keeps the loop's result and its cotangent beside the derivative
+    pass: room is left for them, else the slicing would fill the limit first.
+    """
+    output = body.output
+    room = 2 * itemsize * prod(sizes[i] for i in output) if hoistable_steps(body) else 0
+    return choose_slicing(
+        lambda chunks: _cost(body, sizes, chunks, itemsize, profile, tangent=True),
+        sizes,
+        _candidates(body, sizes),
+        max(memory_limit - room, 0),
+        profile=profile,
+    )
+
+
+def _gradient_limit(
+    equation: Equation,
+    itemsize: int,
+    dtype: str,
+    needed: int,
+    optimize: object,
+    semiring: str,
+    devices: int,
+    profile: Profile,
+) -> int:
+    """A memory limit under which the re-planned derivative fits.
+
+    A larger limit changes the forward plan and with it the derivative's
+    needs: starting from what the derivative ``needed``, raise the limit until
+    it holds once re-planned (at most 8 tries), so that retrying with it works.
+    """
+    limit = needed
+    for _ in range(8):
+        retry = make_plan(
+            equation,
+            itemsize,
+            dtype,
+            limit,
+            optimize,
+            semiring,
+            devices,
+            probe=True,
+            profile=profile,
+        )
+        if retry.tangent_cost.peak_bytes <= limit:
+            break
+        limit = retry.tangent_cost.peak_bytes
+    return limit
 
 
 @lru_cache(maxsize=256)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from math import prod
 
-SEMIRINGS = ("sum", "log", "max")
+from ._semiring import Semiring, semiring_named
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +138,11 @@ class Plan:
     lowering: str = "einslice"
     # How tuning chose this plan; not part of equality (same program).
     choice: Choice | None = field(default=None, compare=False)
+
+    @property
+    def ring(self) -> Semiring:
+        """The `Semiring` that ``semiring`` names."""
+        return semiring_named(self.semiring)
 
     @property
     def sliced(self) -> dict[str, int]:
