@@ -646,6 +646,19 @@ WEAK_CASES = {
 }
 
 
+def test_a_sliced_plan_of_weak_operands_is_weak_like_jnp():
+    # the scan accumulates in a strong array; the result is made weak again
+    args = ("ij,jk,kl->il", *(_weak(v, (64, 64)) for v in (2.0, 1.0, 3.0)))
+    limit = einslice.plan(*args).cost.peak_bytes // 2
+    assert einslice.plan(*args, memory_limit=limit).chunks, "meant to slice"
+    got = einslice.einsum(*args, memory_limit=limit)
+    expected = jnp.einsum(*args)
+    assert_same_array(got, expected)
+    assert_same_array(
+        got + jnp.ones((), jnp.float16), expected + jnp.ones((), jnp.float16)
+    )
+
+
 @pytest.mark.parametrize("case", WEAK_CASES)
 def test_weak_types_match_jnp(case):
     args = WEAK_CASES[case]()

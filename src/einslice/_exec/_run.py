@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import core, lax
+from jax._src.lax import lax as lax_internal  # jnp.einsum's own weak cast
 
 from .._errors import EinsliceError
 from .._plan._types import Plan
@@ -103,10 +104,12 @@ def _run_impl(p: Plan, config: Config, *operands) -> jax.Array:
         arrays.append(lax.squeeze(x, drop) if drop else x)
     with jax.named_scope(f"einslice[{p.equation.text()}]"):
         if p.lowering == "xla":
-            return plain_einsum(p, config, arrays)
-        return contract_hoisted(
-            p, place(p, arrays), lambda plan, ops: contract(plan, config, *ops)
-        )
+            out = plain_einsum(p, config, arrays)
+        else:
+            out = contract_hoisted(
+                p, place(p, arrays), lambda plan, ops: contract(plan, config, *ops)
+            )
+    return _as_weak(out) if weak else out
 
 
 _run = jax.jit(_run_impl, static_argnums=(0, 1), inline=True)
@@ -118,6 +121,18 @@ def _run_with(options: tuple[tuple[str, object], ...]):
     return jax.jit(
         _run_impl, static_argnums=(0, 1), inline=True, compiler_options=dict(options)
     )
+
+
+def _as_weak(x: jax.Array) -> jax.Array:
+    """``x``, weakly typed: a sliced plan's scan accumulates in a strong array.
+
+    JAX has no public way to mark an array weak; jnp.einsum itself ends with
+    this private cast (``_convert_element_type(out, dtype, weak_type)``), so
+    einslice does the same, and the conformance tests notice if it goes away.
+    """
+    if jax.typeof(x).weak_type:
+        return x
+    return lax_internal._convert_element_type(x, x.dtype, weak_type=True)
 
 
 def _weak_result(operands) -> bool:
