@@ -19,6 +19,7 @@ from ._exec._calibrate import calibrate as calibrate
 from ._exec._calibrate import enable_compilation_cache as enable_compilation_cache
 from ._plan._memory import parse_memory_limit as parse_memory_limit
 from ._plan._profile import Profile as Profile
+from ._plan._search import TreeSearch as TreeSearch
 from ._plan._types import Plan as Plan
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "MemoryLimitError",
     "Plan",
     "Profile",
+    "TreeSearch",
     "calibrate",
     "einsum",
     "enable_compilation_cache",

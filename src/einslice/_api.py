@@ -70,9 +70,12 @@ def einsum(
             bounding the compiled program's temporary memory (inputs and output
             excluded); None takes a default from the device (see
             ``default_memory_limit``).
-        optimize: path search: ``"auto"``, ``"greedy"``, ``"optimal"``,
-            ``"dp"``, ``True``, ``False`` (left to right), an explicit path,
-            or a path optimizer object such as ``cotengra.HyperOptimizer()``.
+        optimize: path search: ``"auto"`` (dynamic programming up to 12
+            operands, the large-network tree search above), ``"greedy"``,
+            ``"optimal"``, ``"dp"``, ``True``, ``False`` (left to right), an
+            explicit path, an ``einslice.TreeSearch(seed=..., trials=...,
+            seconds=...)`` for the tree search with those settings, or a path
+            optimizer object such as ``cotengra.HyperOptimizer()``.
         precision: passed to every ``lax.dot_general``.
         preferred_element_type: accumulation and result dtype, as in jnp.
         semiring: ``"sum"``; ``"log"`` (operands are logs: log Σ exp Σ);

@@ -355,3 +355,24 @@ def test_auto_hands_the_merged_network_to_the_core_search(monkeypatch):
     assert log_partition(model) == pytest.approx(expected)
     assert [o for o, _ in asked] == ["auto"]
     assert asked[0][1] <= len(model.factors)
+
+
+def test_a_tree_search_with_its_own_settings_gives_the_same_answers(monkeypatch):
+    from einslice.pgm import _infer
+
+    model = read_uai(DATA / "loop4.uai")
+    seeds = []
+    real = _infer.search_tree
+
+    def spy(*args, **kwargs):
+        seeds.append(kwargs["seed"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_infer, "search_tree", spy)
+    search = einslice.TreeSearch(seed=5, trials=1)
+    assert log_partition(model, optimize=search) == pytest.approx(brute_log_z(model))
+    assert seeds and set(seeds) == {5}  # small, yet searched: TreeSearch asks for it
+    got = marginals(model, optimize=search).variables
+    expected, _ = brute_marginals(model)
+    for v, p in enumerate(expected):
+        np.testing.assert_allclose(got[v], p, atol=1e-5)

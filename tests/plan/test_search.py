@@ -205,3 +205,55 @@ def test_uai_instances_plan_within_256mb(name, monkeypatch):
         return
     assert prepared.plan.cost.peak_bytes <= limit  # log Z (PR); the gradient
     # pass of MAR may need more: the plan's gradient_limit says how much.
+
+
+def test_tree_search_settings_reach_the_search_and_auto_is_its_default(monkeypatch):
+    terms, output, sizes = _network(randreg_equation(30, 3, d_min=2, d_max=3, seed=1))
+    args = _interleaved(terms, output, sizes)
+    calls = []
+
+    def spy(*a, **kw):
+        calls.append(kw)
+        return search_tree(*a, **kw)
+
+    monkeypatch.setattr(_planner, "search_tree", spy)
+    chosen = einslice.TreeSearch(seed=3, trials=2, patience=1, seconds=5.0)
+    tuned = einslice.plan(*args, memory_limit=2**16, optimize=chosen)
+    assert {k: calls[-1][k] for k in ("seed", "trials", "patience")} == {
+        "seed": 3,
+        "trials": 2,
+        "patience": 1,
+    }
+    assert calls[-1]["search_seconds"] == 5.0
+    found = search_tree(terms, output, sizes, 4, 2**16, seed=3, trials=2, patience=1)
+    assert tuned.cost.peak_bytes <= 2**16 and len(tuned.path) == len(found.path)
+    auto = einslice.plan(*args, memory_limit=2**16)
+    default = einslice.plan(*args, memory_limit=2**16, optimize=einslice.TreeSearch())
+    assert auto.path == default.path and auto.chunks == default.chunks
+    assert calls[-1]["seed"] == 0 and calls[-1]["trials"] is None
+
+
+def test_tree_search_also_serves_small_networks():
+    ring = [x for i in range(6) for x in ((3, 3), [i, (i + 1) % 6])]
+    p = einslice.plan(*ring, [], optimize=einslice.TreeSearch(trials=1))
+    arrays = [np.full((3, 3), 0.5)] * 6
+    got = p(*arrays)
+    np.testing.assert_allclose(
+        float(got), np.trace(np.linalg.matrix_power(arrays[0], 6))
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"seed": -1}, "seed must be an int >= 0"),
+        ({"seed": 1.5}, "seed must be an int >= 0"),
+        ({"trials": 0}, "trials must be an int >= 1 or None"),
+        ({"patience": True}, "patience must be an int >= 1 or None"),
+        ({"seconds": 0}, "seconds must be a positive number"),
+        ({"seconds": "10"}, "seconds must be a positive number"),
+    ],
+)
+def test_tree_search_refuses_bad_settings_by_name(setting, message):
+    with pytest.raises(einslice.EinsliceError, match=message):
+        einslice.TreeSearch(**setting)

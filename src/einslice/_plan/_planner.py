@@ -12,7 +12,7 @@ from ._cost import Body, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
 from ._order import Path, find_path, to_steps, two_group_paths
 from ._profile import CPU_DEFAULT, Profile
-from ._search import search_tree
+from ._search import TreeSearch, search_tree
 from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
 from ._types import Cost, Equation, Plan
@@ -175,9 +175,21 @@ class _ForwardSearch:
         # Large networks under "auto": cotengra's hyper-search, slicing inside it
         # (_search.py); the indices it sliced seed einslice's chunk sizing.
         self.searched: tuple[int, ...] = ()
+        search = optimize if isinstance(optimize, TreeSearch) else None
         if optimize in ("auto", True) and n_operands > _REPLAN_MAX_OPERANDS:
+            search = TreeSearch()
+        if search is not None:
             tree = search_tree(
-                self.prepared, output, sizes, itemsize, memory_limit, semiring=semiring
+                self.prepared,
+                output,
+                sizes,
+                itemsize,
+                memory_limit,
+                semiring=semiring,
+                seed=search.seed,
+                trials=search.trials,
+                patience=search.patience,
+                search_seconds=search.seconds,
             )
             self.tree_path, self.searched = tree.path, tree.sliced
         else:

@@ -47,6 +47,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, cast
 
+from .._errors import EinsliceError
 from . import _elimination as elimination
 from . import _kahypar as kahypar
 from ._cachedir import cache_dir
@@ -85,6 +86,56 @@ TRIAL_COST_PER_TENSOR = 5e8 / CPU_DEFAULT.matmul_flops
 MIN_TENSOR_TRIALS = 256
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
+
+
+@dataclass(frozen=True, slots=True)
+class TreeSearch:
+    """The large-network tree search and its settings, passed as ``optimize=``.
+
+    ``optimize="auto"`` runs ``TreeSearch()`` above 12 operands (dynamic
+    programming below); pass one to choose the seed, the trial budget or the
+    wall-time cap, or to search a smaller network this way. ``einslice.pgm``
+    takes it too.
+
+    Attributes:
+        seed: seeds kahypar, the greedy orders, the elimination orders and
+            optuna's sampler; a seed gives the same tree on any machine.
+        trials: most trials; None: a budget growing with the network
+            (`default_trials`).
+        patience: stop after this many trials without improvement; None: half
+            of ``trials``.
+        seconds: a cap on the search's wall time (a safety net: a search it
+            cuts short is not reproducible, so it is not cached on disk).
+
+    Example:
+        >>> import einslice
+        >>> ring = [x for i in range(16) for x in ((4, 4), [i, (i + 1) % 16])]
+        >>> p = einslice.plan(*ring, [], optimize=einslice.TreeSearch(seed=1))
+        >>> len(p.path)
+        15
+    """
+
+    seed: int = 0
+    trials: int | None = None
+    patience: int | None = None
+    seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        for name in ("seed", "trials", "patience"):
+            value = getattr(self, name)
+            least = 0 if name == "seed" else 1
+            if value is None and name != "seed":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise EinsliceError(
+                    f"TreeSearch({name}={value!r}): {name} must be an int >= "
+                    f"{least}" + ("" if name == "seed" else " or None") + "."
+                )
+        if not isinstance(self.seconds, int | float) or not self.seconds > 0:
+            raise EinsliceError(
+                f"TreeSearch(seconds={self.seconds!r}): seconds must be a positive "
+                "number (the search's wall-time cap)."
+            )
 
 
 @dataclass(frozen=True, slots=True)

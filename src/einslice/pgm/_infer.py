@@ -25,7 +25,7 @@ from .._api import default_memory_limit
 from .._errors import EinsliceError
 from .._exec._run import compile_options
 from .._plan._memory import parse_memory_limit
-from .._plan._search import Found, search_tree
+from .._plan._search import Found, TreeSearch, search_tree
 from ._model import Evidence, FactorGraph
 from ._network import Network, build_network, cluster_groups, merge, tree_groups
 
@@ -124,9 +124,10 @@ def log_partition(
         memory_limit: bytes or a string like ``"256MB"`` bounding the temporary
             memory of the contraction; None takes einslice's device default.
         optimize: ``"auto"`` (the planner's seeded cotengra search, with slicing,
-            for large networks), any
-            ``einslice.einsum`` strategy name, an explicit path, or a path
-            optimizer object such as ``cotengra.HyperOptimizer(...)``.
+            for large networks), an ``einslice.TreeSearch(seed=..., ...)`` for
+            that search with other settings, any ``einslice.einsum`` strategy
+            name, or a path optimizer object such as
+            ``cotengra.HyperOptimizer(...)``.
         dtype: the dtype of the contraction (float32 or float64; float64 needs
             ``jax_enable_x64``). Constants are always accumulated in float64.
 
@@ -306,11 +307,12 @@ def _resolve(
 ) -> tuple[Network, object]:
     """Merges tables and turns ``optimize`` into what the planner gets.
 
-    For ``"auto"`` on more than `AUTO_CORE_MAX_TABLES` tables, the core's tree
-    search (the one ``einsum`` uses, slicing inside it, under the same limit)
-    runs on the tables as they are; tables its tree multiplies before summing
-    anything are then added together (fewer steps to compile), and the planner
-    gets the tree as an explicit path. A path optimizer object is called once,
+    For a `TreeSearch`, or ``"auto"`` on more than `AUTO_CORE_MAX_TABLES`
+    tables (``TreeSearch()``), the core's tree search (the one ``einsum``
+    uses, slicing inside it, under the same limit) runs on the tables as they
+    are; tables its tree multiplies before summing anything are then added
+    together (fewer steps to compile), and the planner gets the tree as an
+    explicit path. A path optimizer object is called once,
     on the network with tiny neighbouring tables merged.
     """
     if isinstance(optimize, list | tuple):
@@ -320,7 +322,10 @@ def _resolve(
             "factors. Pass a strategy name such as 'greedy', or a path optimizer "
             "such as cotengra.HyperOptimizer(...)."
         )
+    search = optimize if isinstance(optimize, TreeSearch) else None
     if optimize == "auto" and len(network.tables) > AUTO_CORE_MAX_TABLES:
+        search = TreeSearch()
+    if search is not None:
         limit = (
             default_memory_limit()
             if memory_limit is None
@@ -331,7 +336,7 @@ def _resolve(
             variant = merge(network, cluster_groups(network, entries))
             if any(len(v.tables) == len(variant.tables) for _, v, _ in options):
                 continue
-            found = _search(variant, semiring, limit, dtype.itemsize)
+            found = _search(variant, semiring, limit, dtype.itemsize, search)
             groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
             merged = merge(variant, groups)
             seconds = found.time * MEASURED_PER_ESTIMATED
@@ -366,7 +371,9 @@ MEASURED_PER_ESTIMATED = 30.0
 COMPILE_SECONDS = 0.04
 
 
-def _search(network: Network, semiring: str, limit: int, itemsize: int) -> Found:
+def _search(
+    network: Network, semiring: str, limit: int, itemsize: int, search: TreeSearch
+) -> Found:
     """The core's tree search on a network's tables (variables relabelled 0..)."""
     variables = sorted({v for term in network.terms for v in term})
     label = {v: i for i, v in enumerate(variables)}
@@ -378,6 +385,10 @@ def _search(network: Network, semiring: str, limit: int, itemsize: int) -> Found
         itemsize,
         limit,
         semiring=semiring,
+        seed=search.seed,
+        trials=search.trials,
+        patience=search.patience,
+        search_seconds=search.seconds,
     )
 
 
