@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from einslice.bench import _run
+from einslice.bench._methods import Runner
 from einslice.bench._run import Cell, _timed_turns
 
 
-class _Runner:
-    """Records every call in a shared log."""
-
-    def __init__(self, name, log):
-        self.name, self.log = name, log
-
-    def call(self):
-        self.log.append(self.name)
-
-
 def _ready(names, log):
-    return [(Cell("f", 1, n, "ok"), _Runner(n, log)) for n in names]
+    """A cell and a runner per method name; every call is logged by name."""
+    return [
+        (Cell("f", 1, n, "ok"), Runner(partial(log.append, n), 0, "compiled", 0))
+        for n in names
+    ]
 
 
 def test_each_method_gets_its_runs_in_rotating_turns(monkeypatch):

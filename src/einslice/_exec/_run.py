@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -57,9 +58,9 @@ CHEAP_MAX_FLOPS = 10**8
 # 12% (suite: mixture 1.12x, random-network's 35 steps 1.08x slower), for
 # compiles that take about a second anyway.
 LARGE_MIN_STEPS = 64
-_CPU_ONLY = {"xla_cpu_use_fusion_emitters": False}
-CHEAP_COMPILE = {"xla_backend_optimization_level": 0, **_CPU_ONLY}
-LARGE_COMPILE = dict(_CPU_ONLY)
+_CPU_ONLY: dict[str, object] = {"xla_cpu_use_fusion_emitters": False}
+CHEAP_COMPILE: dict[str, object] = {"xla_backend_optimization_level": 0, **_CPU_ONLY}
+LARGE_COMPILE: dict[str, object] = dict(_CPU_ONLY)
 
 
 def cheap_to_run(p: Plan) -> bool:
@@ -132,7 +133,8 @@ def _as_weak(x: jax.Array) -> jax.Array:
     """
     if jax.typeof(x).weak_type:
         return x
-    return lax_internal._convert_element_type(x, x.dtype, weak_type=True)
+    weak = lax_internal._convert_element_type(x, x.dtype, weak_type=True)
+    return cast("jax.Array", weak)
 
 
 def _weak_result(operands) -> bool:
