@@ -257,3 +257,13 @@ def test_tree_search_also_serves_small_networks():
 def test_tree_search_refuses_bad_settings_by_name(setting, message):
     with pytest.raises(einslice.EinsliceError, match=message):
         einslice.TreeSearch(**setting)
+
+
+def test_trees_are_scored_for_the_device_profile_and_cached_per_profile(tmp_path):
+    from einslice._plan._profile import CPU_DEFAULT, GPU_DEFAULT
+
+    terms, output, sizes = _network(randreg_equation(30, 3, d_min=2, d_max=3, seed=1))
+    cpu = search_tree(terms, output, sizes, 4, 2**16, trials=2, profile=CPU_DEFAULT)
+    gpu = search_tree(terms, output, sizes, 4, 2**16, trials=2, profile=GPU_DEFAULT)
+    assert cpu.time != gpu.time  # each tree's time is its own profile's estimate
+    assert len(list((tmp_path / "trees").glob("*.json"))) == 2

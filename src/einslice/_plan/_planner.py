@@ -190,6 +190,7 @@ class _ForwardSearch:
                 trials=search.trials,
                 patience=search.patience,
                 search_seconds=search.seconds,
+                profile=profile,
             )
             self.tree_path, self.searched = tree.path, tree.sliced
         else:

@@ -35,6 +35,7 @@ Found trees are cached in memory and as JSON files under
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -53,7 +54,7 @@ from . import _kahypar as kahypar
 from ._cachedir import cache_dir
 from ._cost import Body, chunked_sizes, evaluate, ranking
 from ._order import to_steps
-from ._profile import CPU_DEFAULT
+from ._profile import CPU_DEFAULT, Profile
 from ._types import Cost
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ def search_tree(
     trials: int | None = None,
     patience: int | None = None,
     search_seconds: float = 60.0,
+    profile: Profile = CPU_DEFAULT,
 ) -> Found:
     """Search a contraction tree (and sliced indices) for a large network.
 
@@ -194,6 +196,8 @@ def search_tree(
         patience: stop after this many trials without improvement; default
             half of ``trials``.
         search_seconds: a cap on the search's wall time (safety only).
+        profile: the device the trees are scored for (the cost model's times);
+            part of the cache key.
 
     Returns:
         The best tree found, as a `Found`.
@@ -216,6 +220,7 @@ def search_tree(
         seed,
         trials,
         patience,
+        profile,
     )
     return _cached(key, search_seconds)
 
@@ -233,7 +238,10 @@ def _cached(key: tuple, search_seconds: float) -> Found:
 
 
 def _digest(key: tuple) -> str:
-    text = json.dumps([_VERSION, *key], separators=(",", ":"))
+    def plain(value):  # the profile, field by field
+        return {"profile": dataclasses.asdict(value)}
+
+    text = json.dumps([_VERSION, *key], separators=(",", ":"), default=plain)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -278,7 +286,7 @@ def _store(file, found: Found) -> None:
         pass
 
 
-def _objective(terms, output, sizes, itemsize, memory_limit, semiring):
+def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
     """The search's objective: whole trees scored by einslice's estimated time.
 
     Subclassing cotengra's combo objective keeps its cheap per-node cost for the
@@ -291,7 +299,9 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring):
             tree = trial["tree"]
             path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
             chunks = {int(i): 1 for i in tree.sliced_inds}
-            cost = estimate(terms, output, sizes, itemsize, semiring, path, chunks)
+            cost = estimate(
+                terms, output, sizes, itemsize, semiring, path, chunks, profile
+            )
             score = ranking(cost)
             if cost.peak_bytes > memory_limit:
                 score *= _OVER_LIMIT_PENALTY ** math.log2(
@@ -300,7 +310,7 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring):
             trial["einslice_time"] = cost.time
             # cotengra transforms scores as if positive and > 1 (a log of a
             # sub-second time went complex): score in FLOP-time units.
-            return math.log2(max(score * CPU_DEFAULT.matmul_flops, 2.0))
+            return math.log2(max(score * profile.matmul_flops, 2.0))
 
     return EinsliceTime()
 
@@ -313,6 +323,7 @@ def estimate(
     semiring: str,
     path: Path,
     chunks: dict[int, int],
+    profile: Profile = CPU_DEFAULT,
 ) -> Cost:
     """The cost model's verdict on a path over prepared terms, sliced by ``chunks``.
 
@@ -322,7 +333,7 @@ def estimate(
     """
     steps = to_steps(terms, output, path, chunked_sizes(sizes, chunks))[0]
     body = Body(tuple(terms), tuple(terms), steps, tuple(output), semiring)
-    return evaluate(body, sizes, chunks, itemsize)
+    return evaluate(body, sizes, chunks, itemsize, profile=profile)
 
 
 def _search(
@@ -335,13 +346,16 @@ def _search(
     seed,
     trials,
     patience,
+    profile,
     *,
     search_seconds,
 ) -> tuple[Found, bool]:
     """Run the hyper-optimizer; also say whether it finished before the deadline."""
     elimination.register()
     kahypar.register()
-    objective = _objective(terms, output, sizes, itemsize, memory_limit, semiring)
+    objective = _objective(
+        terms, output, sizes, itemsize, memory_limit, semiring, profile
+    )
     optimizer = _optimizer(len(terms), itemsize, memory_limit, objective, seed)
     complete = _run_trials(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds

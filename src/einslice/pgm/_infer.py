@@ -23,6 +23,7 @@ import einslice
 
 from .._api import default_memory_limit
 from .._errors import EinsliceError
+from .._exec._calibrate import current_profile
 from .._exec._run import compile_options
 from .._plan._memory import parse_memory_limit
 from .._plan._search import Found, TreeSearch, search_tree
@@ -389,6 +390,7 @@ def _search(
         trials=search.trials,
         patience=search.patience,
         search_seconds=search.seconds,
+        profile=current_profile(),  # as einslice.plan's default, below
     )
 
 
