@@ -22,12 +22,17 @@ def import_einslice():
 
 
 def environment_lines(device, extra=()):
-    """Markdown lines saying where and with what the benchmark ran."""
+    """Markdown lines saying where and with what the benchmark ran.
+
+    ``device``: a JAX device (``device_kind``) or einslice's bench ``Device``
+    (``name``); seed_cpu.py and gpu_seed.py pass the latter.
+    """
     import jax
 
+    kind = getattr(device, "device_kind", None) or getattr(device, "name", device)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return [
-        f"- device: {device.device_kind} ({device.platform}); jax {jax.__version__}; "
+        f"- device: {kind} ({device.platform}); jax {jax.__version__}; "
         f"Python {platform.python_version()}",
         f"- date: {time.strftime('%Y-%m-%d %H:%M %Z')}; load average at start "
         f"{load:.2f} on {os.cpu_count()} cores",
