@@ -7,7 +7,7 @@ importing the public entry points (no import cycle through ``_api``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 from typing import cast
 
 import jax
@@ -38,8 +38,7 @@ def execute_plan(
         )
     config = Config(precision=precision, preferred_element_type=preferred_element_type)
     traced = any(isinstance(x, core.Tracer) for x in operands)
-    options = None if traced else compile_options(p)
-    run = _run if options is None else _run_with(tuple(sorted(options.items())))
+    run = _run if traced else _top_level_run(p)
     return run(p, config, *operands)
 
 
@@ -122,6 +121,13 @@ def _run_with(options: tuple[tuple[str, object], ...]):
     return jax.jit(
         _run_impl, static_argnums=(0, 1), inline=True, compiler_options=dict(options)
     )
+
+
+@lru_cache(maxsize=1024)
+def _top_level_run(p: Plan):
+    """The jitted runner for ``p`` outside any trace, chosen once per plan."""
+    options = compile_options(p)
+    return _run if options is None else _run_with(tuple(sorted(options.items())))
 
 
 def _as_weak(x: jax.Array) -> jax.Array:
