@@ -195,6 +195,7 @@ def test_uai_instances_plan_within_256mb(name, monkeypatch):
     limit = 256 * 10**6
     from einslice.pgm import _infer
 
+    _refuse_worker_processes(monkeypatch)  # Alchemy_11 forked once, in CI
     # Test time: two trials, one merged variant (the limit is the point here).
     monkeypatch.setattr(_search, "default_trials", lambda n: 2)
     monkeypatch.setattr(_infer, "CLUSTER_OPTIONS", (16,))

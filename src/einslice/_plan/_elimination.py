@@ -71,12 +71,18 @@ def elimination_order(
 
 def trial_elimination(inputs, output, size_dict, criterion="fill"):
     """Cotengra trial function: the tree contracting variables in that order."""
-    from cotengra import ContractionTree
+    from cotengra import AutoOptimizer, ContractionTree
 
     rng = random.Random(random.getrandbits(32))  # seeded by the search
     kept = set(output)
     order = elimination_order(inputs, size_dict, criterion, rng)
     order = [v for v in order if v not in kept]
+    # Eliminating a variable shared by many tables merges them all at once;
+    # cotengra orders such a merge with its "auto" preset, whose hyper-search
+    # runs in a process pool (a fork next to JAX's threads can deadlock), so
+    # the same optimizer is given here without the pool. A fresh one per trial:
+    # its cache would otherwise carry one search's random choices into another.
+    merge = AutoOptimizer(parallel=False)  # pyright: ignore[reportArgumentType]
     # cotengra is unannotated: pyright takes autocomplete's type (str) from its
     # default "auto", though it accepts a bool.
     return ContractionTree.from_path(
@@ -84,6 +90,7 @@ def trial_elimination(inputs, output, size_dict, criterion="fill"):
         output,
         size_dict,
         edge_path=order,
+        optimize=merge,
         autocomplete=True,  # pyright: ignore[reportArgumentType]
     )
 
