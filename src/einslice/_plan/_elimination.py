@@ -90,7 +90,7 @@ def trial_elimination(inputs, output, size_dict, criterion="fill"):
         output,
         size_dict,
         edge_path=order,
-        optimize=merge,
+        optimize=merge,  # pyright: ignore[reportArgumentType]
         autocomplete=True,  # pyright: ignore[reportArgumentType]
     )
 
