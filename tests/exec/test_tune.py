@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 
 import jax
@@ -192,3 +193,25 @@ def test_enable_compilation_cache_keeps_a_directory_the_caller_set(tmp_path):
         assert einslice.enable_compilation_cache() == str(tmp_path)
     finally:
         jax.config.update("jax_compilation_cache_dir", before)
+
+
+def test_candidates_are_timed_in_interleaved_rounds_so_a_burst_hits_all_alike():
+    # A burst of other work (calls 16-24 here run 20x slower) falls mostly on
+    # one candidate when each is timed in a row (the second one's 15 calls,
+    # and the slower candidate wins): in rounds it is shared, the medians hold.
+    calls = []
+
+    def program(seconds):
+        def run(*operands):
+            burst = 16 <= len(calls) <= 24
+            calls.append(seconds)
+            time.sleep(seconds * (20 if burst else 1))
+            return 0
+
+        return run
+
+    slow, fast = program(0.004), program(0.002)
+    medians = _tune._interleaved_medians([slow, None, fast], [])
+    assert medians[1] is None
+    assert medians[2] < medians[0] < 0.04  # a burst call takes 0.04 s or more
+    assert calls.count(0.002) == calls.count(0.004) == _tune._ROUNDS + 1

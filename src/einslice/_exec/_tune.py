@@ -41,8 +41,9 @@ from .._plan._types import Choice, Plan
 TUNE_MODES = ("estimate", "measure", "auto")
 TOP_K = 4
 AUTO_MEASURE_SECONDS = 10.0
-# Timing: runs of one candidate stop after this many, or this much time.
-_MAX_RUNS = 5
+# Timing: rounds of one call per candidate, at most this many, or this much
+# time per candidate.
+_ROUNDS = 15
 _TIMING_BUDGET_SECONDS = 0.5
 
 Runner = Callable[[Plan, Sequence], jax.Array]
@@ -121,12 +122,10 @@ def measure(
     """Compile and time each plan; the fastest within the limit, with a Choice."""
     start = time.perf_counter()
     operands = [_concrete(x) for x in arrays]
-    seconds: list[float | None] = []
-    notes: list[str] = []
-    for plan in plans:
-        timed, note = _time_one(plan, operands, run)
-        seconds.append(timed)
-        notes.append(note)
+    compiled, notes = zip(
+        *(_compile_within_limit(plan, operands, run) for plan in plans), strict=True
+    )
+    seconds = _interleaved_medians(compiled, operands)
     measured = [(s, k) for k, s in enumerate(seconds) if s is not None]
     chosen = min(measured)[1] if measured else 0
     choice = Choice(
@@ -142,8 +141,8 @@ def measure(
     return replace(plans[chosen], choice=choice)
 
 
-def _time_one(plan: Plan, operands: list, run: Runner) -> tuple[float | None, str]:
-    """Median seconds of a compiled plan, or None and why it was rejected."""
+def _compile_within_limit(plan: Plan, operands: list, run: Runner):
+    """The compiled plan and "", or None and why it was rejected."""
     try:
         compiled = jax.jit(lambda *ops: run(plan, ops)).lower(*operands).compile()
     except Exception as error:  # a candidate that cannot compile is skipped
@@ -155,17 +154,41 @@ def _time_one(plan: Plan, operands: list, run: Runner) -> tuple[float | None, st
             f"rejected: compiled temporaries {format_bytes(temp)} exceed the "
             f"limit {format_bytes(plan.memory_limit)}"
         )
+    return compiled, ""
+
+
+def _interleaved_medians(compiled: Sequence, operands: list) -> list[float | None]:
+    """Median seconds per compiled program (None where there is none).
+
+    The programs run in rounds, one call each per round, each round starting
+    one program later: a burst of other work on a shared machine then slows
+    every candidate alike instead of deciding the choice (timing candidates
+    one after another once picked a 0.24 ms plan over a 0.2 ms one that a
+    burst had made read 7.6 ms). A program whose first call takes
+    ``_TIMING_BUDGET_SECONDS`` or more is timed by that call alone; the first
+    call of the others is their warm-up.
+    """
+    first = [None if c is None else _seconds(c, operands) for c in compiled]
+    times: list[list[float]] = [[] if s is None else [s] for s in first]
+    short = [
+        k for k, s in enumerate(first) if s is not None and s < _TIMING_BUDGET_SECONDS
+    ]
+    for k in short:
+        times[k] = []  # the warm-up call does not count
+    deadline = time.perf_counter() + _TIMING_BUDGET_SECONDS * len(short)
+    for round_ in range(_ROUNDS if short else 0):
+        if round_ and time.perf_counter() > deadline:
+            break
+        turn = round_ % len(short)
+        for k in short[turn:] + short[:turn]:
+            times[k].append(_seconds(compiled[k], operands))
+    return [median(t) if t else None for t in times]
+
+
+def _seconds(program, operands: list) -> float:
     begin = time.perf_counter()
-    jax.block_until_ready(compiled(*operands))  # warm-up
-    first = time.perf_counter() - begin
-    if first >= _TIMING_BUDGET_SECONDS:
-        return first, ""  # a long run: its first call is timing enough
-    times: list[float] = []
-    while len(times) < _MAX_RUNS and sum(times) < _TIMING_BUDGET_SECONDS:
-        begin = time.perf_counter()
-        jax.block_until_ready(compiled(*operands))
-        times.append(time.perf_counter() - begin)
-    return median(times), ""
+    jax.block_until_ready(program(*operands))
+    return time.perf_counter() - begin
 
 
 def _concrete(x):
