@@ -10,7 +10,10 @@ first call of ``einslice.einsum`` into planning (``einslice.plan``), tracing
 the same for ``jax.grad`` (pgm marginals use it); ``ops`` counts the lowered
 StableHLO ops and ``hlo`` the optimized HLO instructions. Where einslice
 compiles a plan with XLA's backend optimizations off (``cheap_to_run``: many
-steps, few FLOPs), the row is measured both ways (``xla`` O0 and default).
+steps, few FLOPs: O0; 64 steps or more: XLA:CPU's fusion emitters off, see
+``_exec/_run.compile_options``), the row is measured both ways: ``xla``
+"einslice" (the options einslice compiles the plan with, as a user's call
+gets them) and "default" (XLA's defaults).
 
     PYTHONPATH=src python benchmarks/compile_time.py [--sides 5,10,20] [--out FILE]
       [--profile SIDE]   # cProfile the trace of one size instead
@@ -33,7 +36,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from einslice._exec._run import CHEAP_COMPILE, cheap_to_run  # noqa: E402
+from einslice._exec._run import compile_options  # noqa: E402
 
 
 def lattice(side: int, d: int = 2):
@@ -54,7 +57,7 @@ def _count_ops(text: str) -> int:
     return sum(1 for line in text.splitlines() if " = " in line)
 
 
-def measure(side: int, semiring: str, sliced: bool, cheap: bool):
+def measure(side: int, semiring: str, sliced: bool, own_options: bool):
     terms, arrays = lattice(side)
     args = [x for pair in zip(arrays, terms, strict=True) for x in pair]
     logs = [jnp.log(a) for a in arrays] if semiring == "log" else arrays
@@ -76,9 +79,10 @@ def measure(side: int, semiring: str, sliced: bool, cheap: bool):
             p = make(error.smallest_limit)
         if p.gradient_limit > p.memory_limit:
             p = make(p.gradient_limit)
-    if cheap and not cheap_to_run(p):
-        return None
-    row["xla"] = "O0" if cheap else "default"
+    options = compile_options(p) if own_options else None
+    if own_options and options is None:
+        return None  # einslice compiles it with XLA's defaults: the other row
+    row["xla"] = "einslice" if own_options else "default"
     row["steps"] = len(p.steps)
     row["sliced"] = len(p.sliced)
     del args
@@ -89,7 +93,6 @@ def measure(side: int, semiring: str, sliced: bool, cheap: bool):
     for name, fun in (("fwd", f), ("grad", jax.grad(f))):
         t0 = time.perf_counter()
         jax.clear_caches()
-        options = CHEAP_COMPILE if cheap else None
         lowered = jax.jit(fun, compiler_options=options).lower(logs)
         t1 = time.perf_counter()
         compiled = lowered.compile()
@@ -140,8 +143,8 @@ def main():
     for side in map(int, args.sides.split(",")):
         for semiring in args.semirings.split(","):
             for sliced in (False, True):
-                for cheap in (False, True):  # O0: only where einslice uses it
-                    row = measure(side, semiring, sliced, cheap)
+                for own in (False, True):  # only where einslice sets options
+                    row = measure(side, semiring, sliced, own)
                     if row is not None:
                         rows.append(((semiring, str(sliced)), row))
                         print(table(rows[-1:])[-1], flush=True)
