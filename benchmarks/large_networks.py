@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import statistics
 import sys
 import time
@@ -102,15 +103,43 @@ def generated_networks():
 # -- measuring ---------------------------------------------------------------------
 
 
+# A call still running after this many seconds is stopped and reported as
+# "> STOP_SECONDS" (an earlier run sat 45 minutes in cotengra's per-slice numpy
+# loop on Grids_15, whose search had found a tree of many slices). A first
+# call of LONG_SECONDS or more is not repeated: it is the run time.
+STOP_SECONDS = 300
+LONG_SECONDS = 30
+
+
+class Stopped(Exception):
+    """A call ran past ``STOP_SECONDS``."""
+
+
+def _stop(signum, frame):
+    raise Stopped
+
+
 def timed_runs(call, repeats=3):
-    t = time.perf_counter()
-    first_value = call()
-    first = time.perf_counter() - t
-    runs = []
-    for _ in range(repeats):
+    """The first call's value and seconds, and the median of ``repeats`` more.
+
+    Raises ``Stopped`` when a call runs past ``STOP_SECONDS`` (SIGALRM: the
+    call's Python frames see it between two operations).
+    """
+    signal.signal(signal.SIGALRM, _stop)
+    signal.alarm(STOP_SECONDS)
+    try:
         t = time.perf_counter()
-        call()
-        runs.append(time.perf_counter() - t)
+        first_value = call()
+        first = time.perf_counter() - t
+        if first >= LONG_SECONDS:
+            return first_value, first, first
+        runs = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            call()
+            runs.append(time.perf_counter() - t)
+    finally:
+        signal.alarm(0)
     return first_value, first, statistics.median(runs)
 
 
@@ -209,7 +238,12 @@ def cotengra_rows(kind, network, limit: int) -> tuple[dict, dict, object]:
             out = tree.contract(ops, backend=backend)
             return float(np.asarray(out))
 
-        value, first, run = timed_runs(call)
+        try:
+            value, first, run = timed_runs(call)
+        except Stopped:
+            rows[backend] = {**common, "stopped_after_s": search_s + STOP_SECONDS}
+            results[backend] = None
+            continue
         rows[backend] = {
             **common,
             "compile_s": max(first - run, 0.0) if backend == "jax" else 0.0,
@@ -231,6 +265,12 @@ def fmt(x, spec="{:.3g}"):
 
 def mb(x):
     return "—" if x is None else f"{x / 1e6:.1f}"
+
+
+def _e2e(row) -> str:
+    if row.get("stopped_after_s"):
+        return f"> {row['stopped_after_s']:.0f} (stopped)"
+    return fmt(row.get("end_to_end_s"), "{:.2f}")
 
 
 def report(rows, limit_text: str) -> str:
@@ -267,6 +307,8 @@ def report(rows, limit_text: str) -> str:
         ratio = (
             f"{e['end_to_end_s'] / cj['end_to_end_s']:.2f}"
             if e.get("end_to_end_s") and cj.get("end_to_end_s")
+            else f"< {e['end_to_end_s'] / cj['stopped_after_s']:.2f}"
+            if e.get("end_to_end_s") and cj.get("stopped_after_s")
             else "—"
         )
         lines.append(
@@ -283,10 +325,10 @@ def report(rows, limit_text: str) -> str:
                     mb(e.get("peak")),
                     fmt(cn.get("search_s"), "{:.2f}"),
                     fmt(cn.get("run_s"), "{:.4f}"),
-                    fmt(cn.get("end_to_end_s"), "{:.2f}"),
+                    _e2e(cn),
                     fmt(cj.get("compile_s"), "{:.2f}"),
                     fmt(cj.get("run_s"), "{:.4f}"),
-                    fmt(cj.get("end_to_end_s"), "{:.2f}"),
+                    _e2e(cj),
                     fmt(math.log10(cn["flops"]) if cn.get("flops") else None, "{:.2f}"),
                     mb(cn.get("peak")),
                     ratio,
@@ -327,8 +369,9 @@ def main() -> int:
         except Exception as error:
             row["numpy"] = row["jax"] = {"note": repr(error)[:80]}
             theirs = None
-        if ours is not None and theirs:
-            row["check"] = f"{ours:.6g} / {theirs['numpy']:.6g}"
+        finished = [v for v in (theirs or {}).values() if v is not None]
+        if ours is not None and finished:
+            row["check"] = f"{ours:.6g} / {finished[0]:.6g}"
         rows.append(row)
         print(f"  {row}", file=sys.stderr, flush=True)
         text = report(rows, args.memory_limit)

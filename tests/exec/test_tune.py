@@ -211,7 +211,7 @@ def test_candidates_are_timed_in_interleaved_rounds_so_a_burst_hits_all_alike():
         return run
 
     slow, fast = program(0.004), program(0.002)
-    medians = _tune._interleaved_medians([slow, None, fast], [])
-    assert medians[1] is None
-    assert medians[2] < medians[0] < 0.04  # a burst call takes 0.04 s or more
+    slow_s, none, fast_s = _tune._interleaved_medians([slow, None, fast], [])
+    assert none is None and slow_s is not None and fast_s is not None
+    assert fast_s < slow_s < 0.04  # a burst call takes 0.04 s or more
     assert calls.count(0.002) == calls.count(0.004) == _tune._ROUNDS + 1
