@@ -428,7 +428,7 @@ def _tuned(
 
     def candidates() -> tuple[Plan, ...]:
         ranked = rank_plans(*args, profile=profile, count=_tune.TOP_K)
-        return _tune.ranked_with_plain(ranked)
+        return _tune.ranked_with_plain(ranked, greedy=_greedy_plan(p, key, profile))
 
     return _tune.choose(
         p,
@@ -438,6 +438,21 @@ def _tuned(
         lambda plan, ops: _run(plan, config, *ops),
         lambda: _tune.signature(p, key, profile.device_kind, config.precision),
     )
+
+
+def _greedy_plan(p: Plan, key: object, profile: Profile) -> Plan | None:
+    """The best plan along opt_einsum's greedy path (jnp.einsum's default).
+
+    Only when the caller left ``optimize`` at "auto": a path or strategy the
+    caller chose is not second-guessed. None where that path does not fit.
+    """
+    if key != "auto":
+        return None
+    args = (p.equation, p.itemsize, p.dtype, p.memory_limit, "greedy", p.semiring)
+    try:
+        return rank_plans(*args, profile=profile, count=1)[0]
+    except EinsliceError:  # MemoryLimitError: greedy's path needs more
+        return None
 
 
 def _hashable(x) -> bool:

@@ -102,6 +102,33 @@ def test_plain_lowering_is_a_candidate_of_unsliced_sum_plans():
     assert "jnp.einsum" in str(plain)
 
 
+def test_jnp_einsums_own_greedy_program_is_a_candidate_when_its_path_differs():
+    eq = "abc,ia,jb,kc->ijk"  # tucker: einslice's model and greedy differ
+    shapes = [(4, 4, 4), (16, 4), (16, 4), (16, 4)]
+    ours = einslice.plan(eq, *shapes, optimize=[(3, 0), (1, 2), (0, 1)])
+    greedy = einslice.plan(eq, *shapes, optimize="greedy")
+    assert ours.path != greedy.path
+    plans = _tune.ranked_with_plain((ours,), greedy=greedy)
+    assert [(p.path, p.lowering) for p in plans] == [
+        (ours.path, "einslice"),
+        (ours.path, "xla"),
+        (greedy.path, "xla"),
+    ]
+    assert len(_tune.ranked_with_plain((greedy,), greedy=greedy)) == 2  # no twin
+    rng = np.random.default_rng(0)
+    ops = [rng.standard_normal(s) for s in shapes]
+    tuned = einslice.plan(eq, *ops, tune="measure")
+    assert tuned.choice is not None
+    assert any(
+        "via jnp.einsum" in label and str(list(greedy.path)) in label
+        for label in tuned.choice.labels
+    ), tuned.choice.labels
+    # A path the caller chose is not second-guessed.
+    chosen = einslice.plan(eq, *ops, optimize=list(ours.path), tune="measure")
+    assert chosen.choice is not None
+    assert not any(str(list(greedy.path)) in label for label in chosen.choice.labels)
+
+
 def test_auto_estimates_short_calls_and_tracing_falls_back():
     ops = _chain_operands(8)
     p = einslice.plan(CHAIN, *ops, tune="auto")
