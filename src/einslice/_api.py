@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from functools import cache, partial
@@ -29,10 +28,10 @@ from ._plan._equation import (
 )
 from ._plan._memory import parse_memory_limit
 from ._plan._order import optimize_key
-from ._plan._planner import make_plan, rank_plans
+from ._plan._planner import make_plan, rank_plans, with_plain_lowerings
 from ._plan._profile import Profile
 from ._plan._semiring import Semiring, semiring_named
-from ._plan._types import Plan
+from ._plan._types import Placement, Plan
 
 # Share of the device's free memory taken as the default memory_limit: on a GPU
 # 80% of the free device memory (XLA needs some for itself); on a CPU 50% of
@@ -398,23 +397,18 @@ def _plan(
         else parse_memory_limit(memory_limit)
     )
     (devices, mesh, mesh_axis), sharded = in_place(equation, arrays, target)
+    placement = Placement(devices, mesh, mesh_axis, sharded)
     key = optimize_key(optimize)
     # Plans are cached on every argument; an unhashable optimizer object
     # (rare: most are hashable by identity) is planned afresh each call.
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
-    # In place, each device contracts its shard whole: no chunks to spread.
-    spread = devices if sharded is None else 1
     tune = _tune.check_tune(tune)
     profile = current_profile() if profile is None else profile
     p = planner(
-        equation, itemsize, dtype.name, limit, key, semiring, spread, profile=profile
+        equation, itemsize, dtype.name, limit, key, semiring, placement, profile=profile
     )
-    if mesh is None and sharded is None and spread == 1 and planner is make_plan:
+    if placement.single and planner is make_plan:
         p = _tuned(p, arrays, tune, key, profile, Config(precision, pet))
-    if mesh is not None:
-        p = dataclasses.replace(p, mesh=mesh, mesh_axis=mesh_axis)
-    if sharded is not None:
-        p = dataclasses.replace(p, devices=devices, sharded=sharded)
     return p
 
 
@@ -428,7 +422,8 @@ def _tuned(
 
     def candidates() -> tuple[Plan, ...]:
         ranked = rank_plans(*args, profile=profile, count=_tune.TOP_K)
-        return _tune.ranked_with_plain(ranked, greedy=_greedy_plan(p, key, profile))
+        greedy = _greedy_plan(p, key, profile)
+        return with_plain_lowerings(ranked, _tune.TOP_K, greedy)
 
     return _tune.choose(
         p,

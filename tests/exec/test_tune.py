@@ -15,6 +15,7 @@ from hypothesis import given, settings
 import einslice
 from einslice._exec import _calibrate, _tune
 from einslice._plan import _wisdom
+from einslice._plan._planner import with_plain_lowerings
 from einslice._plan._profile import CPU_DEFAULT
 from strategies import (
     assert_close_to_einsum,
@@ -108,13 +109,13 @@ def test_jnp_einsums_own_greedy_program_is_a_candidate_when_its_path_differs():
     ours = einslice.plan(eq, *shapes, optimize=[(3, 0), (1, 2), (0, 1)])
     greedy = einslice.plan(eq, *shapes, optimize="greedy")
     assert ours.path != greedy.path
-    plans = _tune.ranked_with_plain((ours,), greedy=greedy)
+    plans = with_plain_lowerings((ours,), count=4, greedy=greedy)
     assert [(p.path, p.lowering) for p in plans] == [
         (ours.path, "einslice"),
         (ours.path, "xla"),
         (greedy.path, "xla"),
     ]
-    assert len(_tune.ranked_with_plain((greedy,), greedy=greedy)) == 2  # no twin
+    assert len(with_plain_lowerings((greedy,), 4, greedy)) == 2  # no twin
     rng = np.random.default_rng(0)
     ops = [rng.standard_normal(s) for s in shapes]
     tuned = einslice.plan(eq, *ops, tune="measure")

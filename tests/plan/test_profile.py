@@ -11,8 +11,14 @@ from einslice._plan import _cost
 from einslice._plan._cost import Body, estimate_time, evaluate, peak_bytes
 from einslice._plan._equation import build_equation, parse_subscripts
 from einslice._plan._order import to_steps
-from einslice._plan._planner import make_plan, prepare_terms, rank_plans
+from einslice._plan._planner import (
+    make_plan,
+    prepare_terms,
+    rank_plans,
+    with_plain_lowerings,
+)
 from einslice._plan._profile import CPU_DEFAULT, GPU_DEFAULT, Profile, built_in
+from einslice._plan._types import Placement
 
 SEED = "ij,ik,il,jk,jl,kl->ij"
 
@@ -93,3 +99,33 @@ def test_ranked_candidates_are_distinct_and_all_within_the_limit(subscripts, n, 
     assert len(plans) >= 2
     assert all(p.peak_bytes <= limit for p in plans), [p.peak_bytes for p in plans]
     assert len({(p.steps, p.chunks) for p in plans}) == len(plans)
+
+
+def test_placement_is_a_planning_input_copied_into_the_plan():
+    # Placement is planned for, not patched in afterwards: the devices that
+    # split the chunks change the slicing; a mesh (opaque here) and an
+    # in-place split are carried into the Plan the planner returns.
+    eq = _equation(SEED, 32)
+    args = (eq, 4, "float32", 10**6, "auto", "sum")
+    one = make_plan(*args, profile=CPU_DEFAULT)
+    assert not one.chunks and one.placement == Placement()
+    four = make_plan(*args, Placement(devices=4, mesh="m", mesh_axis="x"))
+    assert four.placement == Placement(4, "m", "x", None)
+    assert four.n_chunks % 4 == 0, str(four)  # each device gets summed chunks
+    in_place = make_plan(*args, Placement(devices=4, mesh="m", sharded=2))
+    assert in_place.placement == Placement(4, "m", None, 2)
+    assert in_place.chunks == one.chunks  # whole shards: nothing to spread
+    assert [p.placement for p in rank_plans(*args, Placement(devices=4))] == [
+        Placement(devices=4)
+    ] * len(rank_plans(*args, Placement(devices=4)))
+
+
+def test_plain_lowerings_only_for_unsliced_sum_plans_on_one_device():
+    eq = _equation("ij,jk,kl->il", 16)
+    args = (eq, 4, "float32", 2**20, "auto", "sum")
+    plain = [p.lowering for p in with_plain_lowerings(rank_plans(*args, count=1), 1)]
+    assert plain == ["einslice", "xla"]
+    spread = rank_plans(*args, Placement(devices=2), count=1)
+    assert [p.lowering for p in with_plain_lowerings(spread, 1)] == ["einslice"]
+    log = rank_plans(eq, 4, "float32", 2**20, "auto", "log", count=1)
+    assert [p.lowering for p in with_plain_lowerings(log, 1)] == ["einslice"]

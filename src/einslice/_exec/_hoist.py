@@ -11,7 +11,6 @@ the accumulated ``Σ_c G_c`` instead of recomputing every chunk's result.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 import jax
 
@@ -28,8 +27,7 @@ def contract_hoisted(
     """``contract(plan, operands)``, with the plan's hoisted steps after the loop."""
     if not plan.hoisted:
         return contract(plan, operands)
-    stem = replace(plan, steps=plan.steps[: -plan.hoisted], hoisted=0)
-    out = contract(stem, operands)
+    out = contract(plan.stem, operands)
     n, output = len(plan.prepared), plan.equation.output
     for step in plan.steps[-plan.hoisted :]:
         k = step.left if step.left < n else step.right

@@ -96,39 +96,6 @@ def choose(
     return measure(candidates(), arrays, run, signature())
 
 
-def ranked_with_plain(
-    plans: tuple[Plan, ...], count: int = TOP_K, greedy: Plan | None = None
-) -> tuple[Plan, ...]:
-    """The first ``count`` plans, and plain lowerings of unsliced paths.
-
-    The plain lowering (one ``jnp.einsum`` along the same path) is added for
-    the best unsliced plan and for ``greedy`` (a plan along opt_einsum's greedy
-    path: with the plain lowering, the program ``jnp.einsum(optimize="greedy")``
-    runs) where its path differs: measuring then never keeps a program slower
-    than the peer's own. Only "sum" plans of two or more operands on one device
-    have a plain lowering.
-    """
-    chosen = list(plans[:count])
-    unsliced = next((p for p in plans if not p.chunks), None)
-    for plan in (unsliced, greedy):
-        if plan is None or not _has_plain_lowering(plan):
-            continue
-        if not any(c.lowering == "xla" and c.path == plan.path for c in chosen):
-            chosen.append(replace(plan, lowering="xla"))
-    return tuple(chosen)
-
-
-def _has_plain_lowering(plan: Plan) -> bool:
-    return (
-        not plan.chunks
-        and plan.ring.jnp_einsum
-        and bool(plan.path)
-        and plan.devices == 1
-        and plan.mesh is None
-        and plan.sharded is None
-    )
-
-
 def measure(
     plans: tuple[Plan, ...], arrays: Sequence, run: Runner, signature: str
 ) -> Plan:

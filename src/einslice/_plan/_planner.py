@@ -15,7 +15,7 @@ from ._profile import CPU_DEFAULT, Profile
 from ._search import TreeSearch, search_tree
 from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
-from ._types import Cost, Equation, Plan
+from ._types import ONE_DEVICE, Cost, Equation, Placement, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
 # few operands); explicit paths and optimizer objects are called once.
@@ -55,7 +55,7 @@ def make_plan(
     memory_limit: int,
     optimize: object,
     semiring: str,
-    devices: int = 1,
+    placement: Placement = ONE_DEVICE,
     probe: bool = False,
     profile: Profile = CPU_DEFAULT,
 ) -> Plan:
@@ -68,8 +68,9 @@ def make_plan(
         memory_limit: peak temporary bytes allowed.
         optimize: path strategy name, bool, explicit path tuple or optimizer.
         semiring: "sum", "log" or "max".
-        devices: how many devices split the summed chunks; with more than one,
-            a summed index is sliced (finer) until each device has a chunk.
+        placement: the devices the plan runs on; when they split the summed
+            chunks (``placement.spread`` > 1), a summed index is sliced
+            (finer) until each device has a chunk.
         probe: skip finding ``gradient_limit`` (used while finding it).
         profile: the device the times are estimated for (part of the cache
             key: another profile may choose another plan).
@@ -88,7 +89,7 @@ def make_plan(
         memory_limit,
         optimize,
         semiring,
-        devices,
+        placement,
         probe,
         profile,
         found.body,
@@ -316,18 +317,25 @@ def _finish(
     memory_limit: int,
     optimize: object,
     semiring: str,
-    devices: int,
+    placement: Placement,
     probe: bool,
     profile: Profile,
     body: Body,
     forward: Slicing,
 ) -> Plan:
-    """The derivative's slicing, devices, hoisting and gradient limit: a Plan."""
+    """The derivative's slicing, placement, hoisting and gradient limit: a Plan."""
     sizes = equation.sizes
     tangent = _tangent_slicing(body, sizes, itemsize, memory_limit, profile)
-    if devices > 1:
+    if placement.spread > 1:
         forward, tangent = _spread(
-            body, sizes, itemsize, memory_limit, forward, tangent, devices, profile
+            body,
+            sizes,
+            itemsize,
+            memory_limit,
+            forward,
+            tangent,
+            placement.spread,
+            profile,
         )
     pairs = _path_of(body)
     hoisted = 0
@@ -339,7 +347,7 @@ def _finish(
     if tangent.cost.peak_bytes > memory_limit and not probe:
         needed = tangent.cost.peak_bytes
         gradient_limit = _gradient_limit(
-            equation, itemsize, dtype, needed, optimize, semiring, devices, profile
+            equation, itemsize, dtype, needed, optimize, semiring, placement, profile
         )
     return Plan(
         gradient_limit=gradient_limit,
@@ -356,7 +364,10 @@ def _finish(
         naive_flops=naive_flops(equation.terms, sizes),
         memory_limit=memory_limit,
         dtype=dtype,
-        devices=devices,
+        devices=placement.devices,
+        mesh=placement.mesh,
+        mesh_axis=placement.mesh_axis,
+        sharded=placement.sharded,
         hoisted=hoisted,
     )
 
@@ -391,7 +402,7 @@ def _gradient_limit(
     needed: int,
     optimize: object,
     semiring: str,
-    devices: int,
+    placement: Placement,
     profile: Profile,
 ) -> int:
     """A memory limit under which the re-planned derivative fits.
@@ -409,7 +420,7 @@ def _gradient_limit(
             limit,
             optimize,
             semiring,
-            devices,
+            placement,
             probe=True,
             profile=profile,
         )
@@ -427,7 +438,7 @@ def rank_plans(
     memory_limit: int,
     optimize: object,
     semiring: str,
-    devices: int = 1,
+    placement: Placement = ONE_DEVICE,
     profile: Profile = CPU_DEFAULT,
     count: int = 4,
 ) -> tuple[Plan, ...]:
@@ -444,7 +455,7 @@ def rank_plans(
         >>> len(plans) > 1 and all(p.peak_bytes <= 2**20 for p in plans)
         True
     """
-    args = (equation, itemsize, dtype, memory_limit, optimize, semiring, devices)
+    args = (equation, itemsize, dtype, memory_limit, optimize, semiring, placement)
     best = make_plan(*args, profile=profile)
     found = _search(equation, itemsize, memory_limit, optimize, semiring, profile)
     plans = [best]
@@ -461,6 +472,44 @@ def rank_plans(
         seen.add((plan.steps, plan.chunks))
         plans.append(plan)
     return tuple(plans)
+
+
+def with_plain_lowerings(
+    plans: tuple[Plan, ...], count: int, greedy: Plan | None = None
+) -> tuple[Plan, ...]:
+    """The first ``count`` plans, and plain lowerings of unsliced paths.
+
+    The plain lowering (``lowering="xla"``: one ``jnp.einsum`` along the same
+    path) is added for the best unsliced plan and for ``greedy`` (a plan along
+    opt_einsum's greedy path: with the plain lowering, the program
+    ``jnp.einsum(optimize="greedy")`` runs) where its path differs: measuring
+    then never keeps a program slower than the peer's own. Only "sum" plans
+    of two or more operands on one device have a plain lowering.
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("ij,jk->ik", 2), ((8, 8),) * 2)
+        >>> plans = rank_plans(eq, 4, "float32", 2**20, "auto", "sum", count=1)
+        >>> [p.lowering for p in with_plain_lowerings(plans, count=1)]
+        ['einslice', 'xla']
+    """
+    chosen = list(plans[:count])
+    unsliced = next((p for p in plans if not p.chunks), None)
+    for plan in (unsliced, greedy):
+        if plan is None or not _has_plain_lowering(plan):
+            continue
+        if not any(c.lowering == "xla" and c.path == plan.path for c in chosen):
+            chosen.append(replace(plan, lowering="xla"))
+    return tuple(chosen)
+
+
+def _has_plain_lowering(plan: Plan) -> bool:
+    return (
+        not plan.chunks
+        and plan.ring.jnp_einsum
+        and bool(plan.path)
+        and plan.placement.single
+    )
 
 
 def hoistable_steps(body: Body) -> int:

@@ -6,7 +6,7 @@ is data, and execution is a plain walk over it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from math import prod
 
 from ._semiring import Semiring, semiring_named
@@ -64,6 +64,44 @@ class Cost:
     flops: int
     peak_bytes: int
     time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a plan runs: an input to planning, copied into the Plan it makes.
+
+    ``devices`` split the summed chunk grid along ``mesh_axis`` of ``mesh``
+    (a ``jax.sharding.Mesh``, opaque here so that planning never imports
+    JAX; None: the first ``devices`` devices). ``sharded``: the index along
+    which the operands arrive split over those devices and are used in place
+    (``_exec/_shard.in_place``), or None.
+
+    Example:
+        >>> Placement(devices=4).spread, Placement(devices=4, sharded=0).spread
+        (4, 1)
+    """
+
+    devices: int = 1
+    mesh: object = None
+    mesh_axis: str | None = None
+    sharded: int | None = None
+
+    @property
+    def spread(self) -> int:
+        """How many devices the planner spreads chunks over.
+
+        Operands used in place are contracted whole by each device on its
+        own shard: no chunks to spread.
+        """
+        return self.devices if self.sharded is None else 1
+
+    @property
+    def single(self) -> bool:
+        """One device, no mesh: what tuning and the plain lowering need."""
+        return self == ONE_DEVICE
+
+
+ONE_DEVICE = Placement()
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +202,28 @@ class Plan:
         """How many chunks the forward pass loops over."""
         sizes = self.equation.sizes
         return prod(-(-sizes[i] // c) for i, c in self.chunks)
+
+    @property
+    def placement(self) -> Placement:
+        """The devices this plan was made for (see `Placement`)."""
+        return Placement(self.devices, self.mesh, self.mesh_axis, self.sharded)
+
+    @property
+    def stem(self) -> Plan:
+        """What the chunk loop runs: this plan without its ``hoisted`` steps.
+
+        Those final products with output-only operands follow the loop once.
+
+        Example:
+            >>> import einslice
+            >>> seed = "ij,ik,il,jk,jl,kl->ij"
+            >>> p = einslice.plan(seed, *[(32, 32)] * 6, memory_limit="256kB")
+            >>> p.hoisted, len(p.steps), len(p.stem.steps), p.stem.hoisted
+            (1, 5, 4, 0)
+        """
+        if not self.hoisted:
+            return self
+        return replace(self, steps=self.steps[: -self.hoisted], hoisted=0)
 
     def node_terms(self) -> tuple[tuple[int, ...], ...]:
         """Indices of every node: prepared operands, then each step's result."""
