@@ -91,8 +91,9 @@ def einsum(
         tune: ``"estimate"`` (the time model's best plan), ``"measure"``
             (compile and time the best few candidates on this device, keep
             the fastest within the limit, remember it as wisdom) or
-            ``"auto"`` (remembered wisdom, else measure when one call is
-            estimated at 10 s or more, else estimate). One device only.
+            ``"auto"`` (remembered wisdom, else measure when that is
+            estimated to cost at most 10% of one call, else estimate). One
+            device only.
         profile: the device profile to plan for; default the calibrated one
             (``einslice.calibrate()``) or the platform's built-in one.
 

@@ -239,7 +239,96 @@ def test_candidates_are_timed_in_interleaved_rounds_so_a_burst_hits_all_alike():
         return run
 
     slow, fast = program(0.004), program(0.002)
-    slow_s, none, fast_s = _tune._interleaved_medians([slow, None, fast], [])
+    slow_s, none, fast_s = _tune._interleaved_medians([slow, None, fast], [[]] * 3)
     assert none is None and slow_s is not None and fast_s is not None
     assert fast_s < slow_s < 0.04  # a burst call takes 0.04 s or more
     assert calls.count(0.002) == calls.count(0.004) == _tune._ROUNDS + 1
+
+
+def test_long_sliced_candidates_are_timed_on_a_probe_of_their_chunks(monkeypatch):
+    # Every candidate counts as long here: the sliced ones are timed on a few
+    # chunks and scaled; the winner is still the whole plan, within the limit.
+    monkeypatch.setattr(_tune, "_TIMING_BUDGET_SECONDS", 0.0)
+    monkeypatch.setattr(_tune, "_PROBE_SECONDS", 0.0)  # probes of one chunk
+    ops = [jnp.asarray(x) for x in _chain_operands(64)]
+    limit = 40_000
+    p = einslice.plan(CHAIN, *ops, memory_limit=limit, tune="measure")
+    choice = p.choice
+    assert choice is not None and choice.how == "measure"
+    probed = [n for n in choice.notes if n.startswith("timed on")]
+    assert probed, choice.notes
+    assert all(s is not None and s > 0 for s in choice.seconds)
+    assert "timed on" in str(p)
+    from einslice._exec._run import Config, _run
+
+    compiled = jax.jit(lambda *xs: _run(p, Config(), *xs)).lower(*ops).compile()
+    analysis = compiled.memory_analysis()
+    assert analysis is not None and analysis.temp_size_in_bytes <= limit
+    np.testing.assert_allclose(p(*ops), np.einsum(CHAIN, *ops), rtol=1e-10)
+
+
+def test_a_probed_winner_over_the_limit_once_whole_is_rejected(monkeypatch):
+    monkeypatch.setattr(_tune, "_TIMING_BUDGET_SECONDS", 0.0)
+    monkeypatch.setattr(_tune, "_PROBE_SECONDS", 0.0)
+    ops = [jnp.asarray(x) for x in _chain_operands(64)]
+    sliced = einslice.plan(CHAIN, *ops, memory_limit=40_000)
+    assert sliced.chunks
+    # The probe (a cut equation) compiles within the limit; the whole sliced
+    # plan, checked once its probe wins, is made to exceed it.
+    compile_within_limit = _tune._compile_within_limit
+
+    def checked(plan, operands, run):
+        if plan is sliced:
+            return None, "rejected: compiled temporaries exceed the limit"
+        return compile_within_limit(plan, operands, run)
+
+    monkeypatch.setattr(_tune, "_compile_within_limit", checked)
+    monkeypatch.setattr(_tune, "_interleaved_medians", lambda *a: [1e-6, 1.0])
+    whole = einslice.plan(CHAIN, *ops, memory_limit=10**8)
+    from einslice._exec._run import Config, _run
+
+    chosen = _tune.measure(
+        (sliced, whole), ops, lambda plan, xs: _run(plan, Config(), *xs), "test"
+    )
+    assert chosen.choice is not None and chosen.choice.chosen == 1
+    assert "exceed the limit" in chosen.choice.notes[0]
+
+
+def _unused(plan, operands):
+    raise AssertionError("measure is replaced here; nothing runs")
+
+
+def test_auto_measures_only_when_tuning_costs_a_tenth_of_a_call(monkeypatch):
+    measured = []
+    monkeypatch.setattr(_tune, "measure", lambda plans, *a: measured.append(plans))
+    ops = _chain_operands(64)
+    sliced = einslice.plan(CHAIN, *ops, memory_limit=40_000)
+    unsliced = einslice.plan(CHAIN, *ops)
+    assert sliced.chunks and not unsliced.chunks
+
+    def with_time(plan, seconds):
+        return replace(plan, cost=replace(plan.cost, time=seconds))
+
+    def auto(best, *others):
+        measured.clear()
+        got = _tune.choose(
+            best, "auto", ops, lambda: (best, *others), _unused, lambda: "sig"
+        )
+        return got, bool(measured)
+
+    long_sliced = with_time(sliced, 100.0)
+    # 100 s, sliced: probes cost ~1 s each, well under 10 s: measured.
+    assert auto(long_sliced, with_time(sliced, 120.0))[1]
+    # A 100 s unsliced candidate cannot be probed: timing it costs a call, so
+    # it is left out; the sliced best is still measured without it.
+    assert auto(long_sliced, with_time(unsliced, 100.0))[1]
+    assert len(measured[0]) == 1
+    # The estimate's own choice cannot be probed: auto keeps the estimate.
+    best = with_time(unsliced, 100.0)
+    assert auto(best, long_sliced) == (best, False)
+    # 12 s: five candidates' tuning (~1.2 s each) is over 10% of the call.
+    twelve = with_time(sliced, 12.0)
+    assert auto(twelve, *[with_time(sliced, 13.0 + k) for k in range(4)]) == (
+        twelve,
+        False,
+    )

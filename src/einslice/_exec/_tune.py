@@ -1,23 +1,24 @@
 """Autotuning: time the best few candidate plans on the device, keep the fastest.
 
 ``tune="estimate"`` takes the time model's first candidate. ``"measure"``
-compiles the top ``TOP_K`` candidates (and, for an unsliced "sum" plan, the
-plain ``jnp.einsum`` lowering of the same path), rejects any whose compiled
-temporaries (``memory_analysis().temp_size_in_bytes``) exceed the memory
-limit, times the rest (median after a warm-up) and keeps the fastest; the
-choice is remembered as wisdom. ``"auto"`` uses wisdom when there is some for
-this signature, measures when one call is estimated at ``AUTO_MEASURE_SECONDS``
-or more, and otherwise estimates.
+compiles the top ``TOP_K`` candidates (and the plain ``jnp.einsum`` lowering
+of unsliced "sum" paths), rejects any whose compiled temporaries
+(``memory_analysis().temp_size_in_bytes``) exceed the memory limit, times the
+rest in interleaved rounds (median after a warm-up) and keeps the fastest;
+the choice is remembered as wisdom. A sliced candidate whose call is long is
+timed on a probe of a few of its chunks, scaled by its chunk count
+(``_plan/_probe.py``): the same program per chunk, a fraction of the cost.
 
-The rule for "auto": compiling a candidate takes ~0.1-0.5 s, so k of them take
-~1 s; from one estimated call of 10 s on, that is under ~10% of the call. The
-timed runs are not: a run that long is timed once, so the first call of a
-signature costs about k + 1 calls; every later one (in this process or, via
-wisdom, in later ones) costs nothing extra. Below 10 s "auto" estimates (the
-test suite's thousands of small calls never measure); ask for "measure" to
-tune small calls that repeat. Measuring needs concrete operands: under
-``jax.jit`` tracing (abstract operands) "measure" and "auto" fall back to
-wisdom, else the estimate.
+``"auto"`` uses wisdom when there is some for this signature; otherwise it
+measures when tuning is estimated to cost at most ``_AUTO_SHARE`` (10%) of
+one call (compiling each candidate ~0.3 s, timing a probe or a short
+candidate ~0.5 s; a long candidate that cannot be probed is left out, and if
+that is the estimate's own choice, "auto" estimates). With five candidates
+that is sliced calls from about 45 s on, tuned in ~4.5 s once per signature;
+shorter calls are estimated (the test suite's thousands of small calls never
+measure); ask for "measure" to tune small calls that repeat. Measuring needs
+concrete operands: under ``jax.jit`` tracing (abstract operands) "measure"
+and "auto" fall back to wisdom, else the estimate.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from statistics import median
 
 import jax
@@ -36,11 +37,21 @@ from .._errors import EinsliceError
 from .._plan import _wisdom
 from .._plan._info import candidate_label
 from .._plan._memory import format_bytes
+from .._plan._probe import probe
 from .._plan._types import Choice, Plan
 
 TUNE_MODES = ("estimate", "measure", "auto")
 TOP_K = 4
+# "auto" measures only when tuning is estimated to cost at most this share of
+# one call; below AUTO_MEASURE_SECONDS it never can (compiling the candidates
+# alone takes about a second), so shorter calls are not even considered.
+_AUTO_SHARE = 0.1
 AUTO_MEASURE_SECONDS = 10.0
+# A guess of one candidate's compile time, for that estimate.
+_COMPILE_SECONDS = 0.3
+# A sliced candidate estimated at _TIMING_BUDGET_SECONDS or more is timed on a
+# probe of its chunks that runs about this long.
+_PROBE_SECONDS = 0.05
 # Timing: rounds of one call per candidate, at most this many, or this much
 # time per candidate.
 _ROUNDS = 15
@@ -93,32 +104,107 @@ def choose(
             return best
         if not concrete:
             return best
-    return measure(candidates(), arrays, run, signature())
+    plans = candidates()
+    if tune == "auto":  # measure only if tuning costs under ~10% of one call
+        share = _AUTO_SHARE * best.cost.time
+        plans = tuple(p for p in plans if _timing_cost(p) < share)
+        tuning = sum(_COMPILE_SECONDS + _timing_cost(p) for p in plans)
+        if any(_probed(p) for p in plans):
+            tuning += _COMPILE_SECONDS  # the probed winner, compiled whole
+        if not plans or plans[0] != best or tuning > share:
+            return best
+    return measure(plans, arrays, run, signature())
 
 
 def measure(
     plans: tuple[Plan, ...], arrays: Sequence, run: Runner, signature: str
 ) -> Plan:
-    """Compile and time each plan; the fastest within the limit, with a Choice."""
+    """Compile and time each plan; the fastest within the limit, with a Choice.
+
+    A sliced plan estimated to run ``_TIMING_BUDGET_SECONDS`` or more is
+    timed on a probe of a few of its chunks (``_plan/_probe.py``), scaled by
+    its chunk count; the whole plan is then compiled only if it wins, to
+    check its temporaries against the limit.
+    """
     start = time.perf_counter()
     operands = [_concrete(x) for x in arrays]
-    compiled, notes = zip(
-        *(_compile_within_limit(plan, operands, run) for plan in plans), strict=True
+    timed = [_prepare_timing(plan, operands, run) for plan in plans]
+    notes = [t.note for t in timed]
+    medians = _interleaved_medians(
+        [t.program for t in timed], [t.operands for t in timed]
     )
-    seconds = _interleaved_medians(compiled, operands)
-    measured = [(s, k) for k, s in enumerate(seconds) if s is not None]
-    chosen = min(measured)[1] if measured else 0
+    seconds = [
+        None if m is None else m * t.scale for m, t in zip(medians, timed, strict=True)
+    ]
+    chosen = None
+    for _, k in sorted((s, k) for k, s in enumerate(seconds) if s is not None):
+        if timed[k].scale == 1.0:
+            chosen = k
+            break
+        whole, rejected = _compile_within_limit(plans[k], operands, run)
+        if whole is not None:
+            chosen = k
+            break
+        notes[k] = rejected
     choice = Choice(
-        how="measure" if measured else "estimate",
-        chosen=chosen,
+        how="estimate" if chosen is None else "measure",
+        chosen=0 if chosen is None else chosen,
         labels=tuple(candidate_label(p) for p in plans),
         seconds=tuple(seconds),
         notes=tuple(notes),
         tuning_seconds=time.perf_counter() - start,
     )
-    if measured:
+    if chosen is not None:
         _wisdom.remember(signature, _entry(plans[chosen], choice))
-    return replace(plans[chosen], choice=choice)
+    return replace(plans[choice.chosen], choice=choice)
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    """What is timed for one candidate: a compiled program on its operands.
+
+    ``program`` is None for a rejected candidate (``note`` says why);
+    ``scale`` turns the program's seconds into the whole plan's (the chunk
+    count over the probe's; 1 when the whole plan is timed).
+    """
+
+    program: object
+    operands: list
+    scale: float
+    note: str
+
+
+def _prepare_timing(plan: Plan, operands: list, run: Runner) -> _Timing:
+    """Compile ``plan``, or a probe of its chunks when a whole call is long."""
+    cut = None
+    if plan.cost.time >= _TIMING_BUDGET_SECONDS:
+        cut = probe(plan, _PROBE_SECONDS)
+    if cut is None:
+        program, note = _compile_within_limit(plan, operands, run)
+        return _Timing(program, operands, 1.0, note)
+    leading = [
+        x[tuple(slice(0, n) for n in shape)]
+        for x, shape in zip(operands, cut.shapes, strict=True)
+    ]
+    program, note = _compile_within_limit(cut.plan, leading, run)
+    probed = f"timed on {cut.plan.n_chunks} of {plan.n_chunks} chunks"
+    return _Timing(program, leading, cut.scale, note or probed)
+
+
+def _timing_cost(plan: Plan) -> float:
+    """Estimated seconds that timing ``plan`` takes (compiling aside)."""
+    if plan.cost.time < _TIMING_BUDGET_SECONDS:
+        return _TIMING_BUDGET_SECONDS + plan.cost.time  # rounds and warm-up
+    if _probed(plan):
+        return _TIMING_BUDGET_SECONDS + _PROBE_SECONDS
+    return plan.cost.time  # its one call is the measurement
+
+
+def _probed(plan: Plan) -> bool:
+    """Whether ``measure`` times ``plan`` on a probe of its chunks."""
+    return plan.cost.time >= _TIMING_BUDGET_SECONDS and (
+        probe(plan, _PROBE_SECONDS) is not None
+    )
 
 
 def _compile_within_limit(plan: Plan, operands: list, run: Runner):
@@ -137,8 +223,10 @@ def _compile_within_limit(plan: Plan, operands: list, run: Runner):
     return compiled, ""
 
 
-def _interleaved_medians(compiled: Sequence, operands: list) -> list[float | None]:
-    """Median seconds per compiled program (None where there is none).
+def _interleaved_medians(
+    compiled: Sequence, operands: Sequence[list]
+) -> list[float | None]:
+    """Median seconds per compiled program on its operands (None: no program).
 
     The programs run in rounds, one call each per round, each round starting
     one program later: a burst of other work on a shared machine then slows
@@ -148,7 +236,10 @@ def _interleaved_medians(compiled: Sequence, operands: list) -> list[float | Non
     ``_TIMING_BUDGET_SECONDS`` or more is timed by that call alone; the first
     call of the others is their warm-up.
     """
-    first = [None if c is None else _seconds(c, operands) for c in compiled]
+    first = [
+        None if c is None else _seconds(c, ops)
+        for c, ops in zip(compiled, operands, strict=True)
+    ]
     times: list[list[float]] = [[] if s is None else [s] for s in first]
     short = [
         k for k, s in enumerate(first) if s is not None and s < _TIMING_BUDGET_SECONDS
@@ -161,7 +252,7 @@ def _interleaved_medians(compiled: Sequence, operands: list) -> list[float | Non
             break
         turn = round_ % len(short)
         for k in short[turn:] + short[:turn]:
-            times[k].append(_seconds(compiled[k], operands))
+            times[k].append(_seconds(compiled[k], operands[k]))
     return [median(t) if t else None for t in times]
 
 
