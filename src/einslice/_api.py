@@ -90,7 +90,8 @@ def einsum(
             with those axes in auto mode, as jnp.einsum runs its paths).
         tune: ``"estimate"`` (the time model's best plan), ``"measure"``
             (compile and time the best few candidates on this device, keep
-            the fastest within the limit, remember it as wisdom) or
+            the fastest within the limit, remember it as wisdom; later calls
+            of the same signature use the wisdom instead of measuring) or
             ``"auto"`` (remembered wisdom, else measure when that is
             estimated to cost at most 10% of one call, else estimate). One
             device only.

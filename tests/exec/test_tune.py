@@ -332,3 +332,25 @@ def test_auto_measures_only_when_tuning_costs_a_tenth_of_a_call(monkeypatch):
         twelve,
         False,
     )
+
+
+def test_measure_measures_a_signature_once_then_uses_its_wisdom(monkeypatch):
+    # Measuring at every call cost ~0.35 s per call of a 3-matrix chain.
+    calls = []
+    measure = _tune.measure
+
+    def counted(*args):
+        calls.append(1)
+        return measure(*args)
+
+    monkeypatch.setattr(_tune, "measure", counted)
+    ops = _chain_operands(32)
+    first = einslice.einsum(CHAIN, *ops, tune="measure")
+    second = einslice.einsum(CHAIN, *ops, tune="measure")
+    assert len(calls) == 1
+    np.testing.assert_array_equal(first, second)
+    p = einslice.plan(CHAIN, *ops, tune="measure")
+    assert p.choice is not None and p.choice.how == "wisdom" and len(calls) == 1
+    einslice.wisdom.clear()
+    einslice.plan(CHAIN, *ops, tune="measure")
+    assert len(calls) == 2

@@ -5,7 +5,9 @@ compiles the top ``TOP_K`` candidates (and the plain ``jnp.einsum`` lowering
 of unsliced "sum" paths), rejects any whose compiled temporaries
 (``memory_analysis().temp_size_in_bytes``) exceed the memory limit, times the
 rest in interleaved rounds (median after a warm-up) and keeps the fastest;
-the choice is remembered as wisdom. A sliced candidate whose call is long is
+the choice is remembered as wisdom, which later calls of the same signature
+use instead of measuring again (as FFTW's planner uses its wisdom;
+``einslice.wisdom.clear()`` forgets it). A sliced candidate whose call is long is
 timed on a probe of a few of its chunks, scaled by its chunk count
 (``_plan/_probe.py``): the same program per chunk, a fraction of the cost.
 
@@ -94,16 +96,15 @@ def choose(
     short = best.cost.time < AUTO_MEASURE_SECONDS
     if tune == "auto" and short and not _wisdom.has_any():
         return best  # the common case, kept cheap: most calls are small
+    # Wisdom answers "measure" too (as FFTW's does its planner): a signature
+    # is measured once, not at every call; wisdom.clear() measures afresh.
+    if _wisdom.has_any():
+        remembered = _from_wisdom(signature(), candidates)
+        if remembered is not None:
+            return remembered
     concrete = not any(isinstance(x, core.Tracer) for x in arrays)
-    if tune == "auto" or not concrete:
-        if _wisdom.has_any():
-            remembered = _from_wisdom(signature(), candidates)
-            if remembered is not None:
-                return remembered
-        if tune == "auto" and short:
-            return best
-        if not concrete:
-            return best
+    if not concrete or (tune == "auto" and short):
+        return best
     plans = candidates()
     if tune == "auto":  # measure only if tuning costs under ~10% of one call
         share = _AUTO_SHARE * best.cost.time
