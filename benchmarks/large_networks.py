@@ -28,6 +28,7 @@ import os
 import signal
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -392,6 +393,9 @@ def main() -> int:
         "--out", default=str(ROOT / "benchmarks" / "results" / "large_networks.md")
     )
     args = parser.parse_args()
+    # einslice's trees are cached on disk: an empty cache directory of this
+    # run's own, so that its search is timed, not read back from an earlier run.
+    os.environ["EINSLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="einslice-networks-")
     import jax
 
     jax.config.update("jax_enable_x64", True)  # cotengra-jax in float64 on UAI
