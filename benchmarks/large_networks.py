@@ -187,22 +187,38 @@ def einslice_row(kind, network, limit: int) -> tuple[dict, object]:
     }, result
 
 
+def linear_network(kind, network):
+    """(terms, output, size_dict, arrays, offset) of a network in linear space.
+
+    UAI tables are exponentiated (their ln Z is offset + ln of the
+    contraction); None when simplification leaves nothing to contract.
+    """
+    if kind != "uai":
+        terms, output, sizes, arrays = network
+        return terms, tuple(output), dict(enumerate(sizes)), arrays, 0.0
+    from einslice.pgm._network import build_network
+
+    net = build_network(network)
+    if not net.tables or net.offset == -math.inf:
+        return None
+    return net.terms, (), net.sizes(), [np.exp(t) for t in net.tables], net.offset
+
+
+def contract_value(kind, tree, ops, backend: str) -> float:
+    """The tree's value on ``ops``: ln of it (exponent stripped) for UAI."""
+    if kind == "uai":
+        m, e = tree.contract(ops, backend=backend, strip_exponent=True)
+        return float(np.log(abs(float(m)))) + float(e) * math.log(10)
+    return float(np.asarray(tree.contract(ops, backend=backend)))
+
+
 def cotengra_rows(kind, network, limit: int) -> tuple[dict, dict, object]:
     import cotengra
 
-    if kind == "uai":
-        from einslice.pgm._network import build_network
-
-        net = build_network(network)
-        if not net.tables or net.offset == -math.inf:
-            return {"note": "no contraction"}, {"note": "no contraction"}, None
-        terms, arrays, offset = net.terms, [np.exp(t) for t in net.tables], net.offset
-        size_dict = net.sizes()
-        output: tuple = ()
-    else:
-        terms, output, sizes, arrays = network
-        size_dict = dict(enumerate(sizes))
-        offset = None
+    linear = linear_network(kind, network)
+    if linear is None:
+        return {"note": "no contraction"}, {"note": "no contraction"}, None
+    terms, output, size_dict, arrays, offset = linear
     itemsize = 8 if kind == "uai" else 4
     target = max(1, limit // (3 * itemsize))
     optimizer = cotengra.HyperOptimizer(
@@ -237,11 +253,7 @@ def cotengra_rows(kind, network, limit: int) -> tuple[dict, dict, object]:
                    for a in arrays]  # fmt: skip
 
         def call(ops=ops, backend=backend):
-            if kind == "uai":
-                m, e = tree.contract(ops, backend=backend, strip_exponent=True)
-                return float(np.log(abs(float(m)))) + float(e) * math.log(10)
-            out = tree.contract(ops, backend=backend)
-            return float(np.asarray(out))
+            return contract_value(kind, tree, ops, backend)
 
         try:
             value, first, run = timed_runs(call)
@@ -255,7 +267,7 @@ def cotengra_rows(kind, network, limit: int) -> tuple[dict, dict, object]:
             "run_s": run,
             "end_to_end_s": search_s + first,
         }
-        results[backend] = offset + value if kind == "uai" else value
+        results[backend] = offset + value
     return rows["numpy"], rows["jax"], results
 
 
@@ -269,30 +281,20 @@ def reference(kind, network) -> float:
     import cotengra
     import opt_einsum
 
-    if kind == "uai":
-        from einslice.pgm._network import build_network
-
-        net = build_network(network)
-        terms, arrays, offset = net.terms, [np.exp(t) for t in net.tables], net.offset
-        size_dict, output = net.sizes(), ()
-    else:
-        terms, output, sizes, arrays = network
-        size_dict, offset = dict(enumerate(sizes)), 0.0
-    shapes = [tuple(size_dict[x] for x in term) for term in terms]
-    symbol = opt_einsum.get_symbol
-    equation = ",".join("".join(map(symbol, t)) for t in terms) + "->"
-    equation += "".join(map(symbol, output))
+    linear = linear_network(kind, network)
+    assert linear is not None  # einslice contracted something
+    terms, output, size_dict, arrays, offset = linear
+    symbol = opt_einsum.get_symbol  # cotengra's einsum steps want str labels
+    inputs = ["".join(map(symbol, term)) for term in terms]
+    out = "".join(map(symbol, output))
+    sizes = {symbol(x): d for x, d in size_dict.items()}
+    shapes = [tuple(sizes[x] for x in term) for term in inputs]
     path, _ = opt_einsum.contract_path(
-        equation, *shapes, shapes=True, optimize="greedy"
+        ",".join(inputs) + "->" + out, *shapes, shapes=True, optimize="greedy"
     )
-    tree = cotengra.ContractionTree.from_path(
-        [tuple(t) for t in terms], tuple(output), size_dict, path=path
-    )
+    tree = cotengra.ContractionTree.from_path(inputs, out, sizes, path=path)
     ops = [np.asarray(a, dtype=np.float64) for a in arrays]
-    if kind == "uai":
-        m, e = tree.contract(ops, backend="numpy", strip_exponent=True)
-        return offset + float(np.log(abs(float(m)))) + float(e) * math.log(10)
-    return float(np.asarray(tree.contract(ops, backend="numpy")))
+    return offset + contract_value(kind, tree, ops, "numpy")
 
 
 # -- report ------------------------------------------------------------------------
