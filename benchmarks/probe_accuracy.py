@@ -4,8 +4,8 @@
 chunks (``_plan/_probe.py``) and multiplies by its chunk count. This script
 checks that estimate against the whole call for sliced plans of the seed
 formula and of suite formulas at tight limits: whole = median of 3 calls
-after a warm-up, probe = median of 7 (probes sized as the tuner sizes them,
-``_tune._PROBE_SECONDS``), both compiled the way the tuner compiles them.
+after a warm-up, probe = median of 7 of the very probe the tuner prepares
+(``_tune._prepare_timing``: cut, sliced and compiled as it does).
 What matters for choosing is that the error is small and alike across
 candidates; the table gives scaled probe ÷ whole per plan.
 
@@ -28,7 +28,6 @@ import numpy as np  # noqa: E402
 
 from einslice._exec import _tune  # noqa: E402
 from einslice._exec._run import Config, _run  # noqa: E402
-from einslice._plan._probe import probe  # noqa: E402
 
 SEED = "ij,ik,il,jk,jl,kl->ij"
 CASES = [
@@ -49,30 +48,28 @@ def _median_seconds(program, operands, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _compiled(plan, operands):
-    return jax.jit(lambda *xs: _run(plan, Config(), *xs)).lower(*operands).compile()
+def _run_plan(plan, operands):
+    return _run(plan, Config(), *operands)
 
 
 def row(name, subscripts, shapes, limit) -> list[str]:
     rng = np.random.default_rng(0)
     operands = [jax.numpy.asarray(rng.random(s, dtype=np.float32)) for s in shapes]
     plan = einslice.plan(subscripts, *operands, memory_limit=limit)
-    whole = _median_seconds(_compiled(plan, operands), operands, 3)
-    cut = probe(plan, _tune._PROBE_SECONDS)
-    if cut is None:
-        return [name, str(plan.n_chunks), "—", f"{whole:.3f}", "—", "— (no probe)"]
-    leading = [
-        x[tuple(slice(0, n) for n in s)]
-        for x, s in zip(operands, cut.shapes, strict=True)
-    ]
-    part = _median_seconds(_compiled(cut.plan, leading), leading, 7)
+    whole = _tune._compile_within_limit(plan, operands, _run_plan)[0]
+    whole_s = _median_seconds(whole, operands, 3)
+    # What the tuner times: its probe, cut and compiled as it does.
+    timing = _tune._prepare_timing(plan, operands, _run_plan)
+    if not timing.probed:
+        return [name, str(plan.n_chunks), "—", f"{whole_s:.3f}", "—", "— (no probe)"]
+    part = _median_seconds(timing.program, timing.operands, 7) * timing.scale
     return [
         name,
         str(plan.n_chunks),
-        str(cut.plan.n_chunks),
-        f"{whole:.3f}",
-        f"{part * cut.scale:.3f}",
-        f"{part * cut.scale / whole:.2f}",
+        str(round(plan.n_chunks / timing.scale)),
+        f"{whole_s:.3f}",
+        f"{part:.3f}",
+        f"{part / whole_s:.2f}",
     ]
 
 

@@ -139,7 +139,7 @@ def measure(
     ]
     chosen = None
     for _, k in sorted((s, k) for k, s in enumerate(seconds) if s is not None):
-        if timed[k].scale == 1.0:
+        if not timed[k].probed:
             chosen = k
             break
         whole, rejected = _compile_within_limit(plans[k], operands, run)
@@ -173,6 +173,7 @@ class _Timing:
     operands: list
     scale: float
     note: str
+    probed: bool = False
 
 
 def _prepare_timing(plan: Plan, operands: list, run: Runner) -> _Timing:
@@ -188,8 +189,8 @@ def _prepare_timing(plan: Plan, operands: list, run: Runner) -> _Timing:
         for x, shape in zip(operands, cut.shapes, strict=True)
     ]
     program, note = _compile_within_limit(cut.plan, leading, run)
-    probed = f"timed on {cut.plan.n_chunks} of {plan.n_chunks} chunks"
-    return _Timing(program, leading, cut.scale, note or probed)
+    where = f"timed on {cut.plan.n_chunks} of {plan.n_chunks} chunks"
+    return _Timing(program, leading, cut.scale, note or where, probed=True)
 
 
 def _timing_cost(plan: Plan) -> float:
