@@ -8,12 +8,13 @@ before/after comparison runs side by side: a compiled program no longer
 depends on the Python that traced it.
 
     PYTHONPATH=src python benchmarks/unsliced_parity.py \\
-        [--only seed-3,tucker] [--before /tmp/before/src] [--rounds 15]
+        [--only seed-3,tucker] [--before /tmp/before/src] [--rounds 15] [--tuned]
 
 Prints, per formula, the median and minimum time of each program, the
 ratio greedy / einslice (above 1: einslice faster; the minimum is steadier
 on a loaded machine), the copy/transpose instructions in each program, and
-whether the before and after programs differ at all.
+whether the before and after programs differ at all. With ``--tuned``, also
+the program ``tune="measure"`` chooses (tuned once before the timing).
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ def main() -> None:
     ap.add_argument("--before", default=None, help="src dir of the 'before' code")
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--seed", default="", help="also the seed formula at n=..")
+    ap.add_argument(
+        "--tuned", action="store_true", help="also the tune='measure' choice"
+    )
     args = ap.parse_args()
     names = args.only.split(",") + [f"seed-6@{n}" for n in args.seed.split(",") if n]
 
@@ -123,7 +127,7 @@ def main() -> None:
                 einslice, f, ops
             )
     einslice, suite_mod = _einslice_from(None)
-    labels += ["einslice", "greedy"]
+    labels += ["einslice", "greedy"] + (["tuned"] if args.tuned else [])
     formulas = _formulas(suite_mod, names)
     for f in formulas:
         ops = operands.setdefault(
@@ -136,6 +140,10 @@ def main() -> None:
             return jnp.einsum(*f.einsum_args(o), optimize="greedy")
 
         progs["greedy"] = _compile(greedy, ops)
+        if args.tuned:  # tuned once before timing, as a user's first call is
+            args_ = f.einsum_args(ops)
+            plan = einslice.plan(*args_, memory_limit=LIMIT, tune="measure")
+            progs["tuned"] = _compile(lambda *o, plan=plan: plan(*o), ops)
         if f.name.startswith("seed-6@"):
             from einslice.bench._seed import scan_einsum
 
