@@ -285,11 +285,21 @@ def _pairwise_merges(
     label_sets: list[frozenset[int]] = [frozenset(t) for t in terms]
     alive = list(range(n))
     pairs: list[tuple[int, ...]] = []
+    holders: dict[int, int] = {}  # index -> how many alive nodes hold it
+    for labels in label_sets:
+        for i in labels:
+            holders[i] = holders.get(i, 0) + 1
+    kept = set(output)
 
     def merge(a: int, b: int) -> int:
-        others = [t for t in alive if t not in (a, b)]
-        needed = set(output).union(*(label_sets[t] for t in others))
-        label_sets.append((label_sets[a] | label_sets[b]) & needed)
+        for i in label_sets[a] & label_sets[b]:
+            holders[i] -= 1
+        union = label_sets[a] | label_sets[b]
+        # an index no other alive node holds (and not kept) is summed here
+        result = frozenset(i for i in union if i in kept or holders[i] > 1)
+        for i in union - result:
+            del holders[i]
+        label_sets.append(result)
         pairs_by_node.append((a, b))
         pairs.append((alive.index(a), alive.index(b)))
         alive.remove(a)
@@ -438,8 +448,11 @@ def _chain_order(
     """The order for ``node`` that its elementwise consumer will want to write."""
     result_set = tree.label_sets[node]
     provisional = [*node_terms, tuple(every)]
-    ranks = {k: len(t) for k, t in enumerate(provisional)}
-    larger = max((node, other), key=lambda k: ranks.get(k, 0))
+
+    def rank(k: int) -> int:  # not laid out yet: 0
+        return len(provisional[k]) if k < len(provisional) else 0
+
+    larger = max((node, other), key=rank)
     wanted = _elementwise_order(
         node,
         other,
