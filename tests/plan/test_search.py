@@ -115,7 +115,9 @@ def test_results_equal_a_float64_numpy_contraction(seed):
 
 
 def test_the_same_seed_gives_the_same_tree_and_another_may_not(tmp_path, monkeypatch):
-    terms, output, sizes = _network(randreg_equation(40, 3, d_min=2, seed=7))
+    # bond 3, not 2: the bond-2 network's greedy tree is cheap enough to end the
+    # search before any seeded trial (see the quick-tree test below)
+    terms, output, sizes = _network(randreg_equation(40, 3, d_min=3, seed=7))
     first = search_tree(terms, output, sizes, 4, 2**14, seed=1, trials=3)
     for run in range(2):  # no cache in memory nor on disk: searched again
         _search._cached.cache_clear()
@@ -127,6 +129,19 @@ def test_the_same_seed_gives_the_same_tree_and_another_may_not(tmp_path, monkeyp
         for s in range(2, 6)
     }
     assert others - {first.path}, "the seed should matter"
+
+
+def test_a_cheap_greedy_tree_ends_the_search_before_any_trial():
+    terms, output, sizes = _network(randreg_equation(40, 3, d_min=2, seed=7))
+    found = search_tree(terms, output, sizes, 4, 2**14, seed=1, trials=3)
+    assert found.trials == 0 and found.sliced == ()
+    trial_cost = len(terms) * _search.TRIAL_COST_PER_TENSOR
+    assert found.time < _search.CHEAP_TREE_SHARE * trial_cost
+    expected = _search.estimate(terms, output, sizes, 4, "sum", found.path, {})
+    assert (found.flops, found.time) == (expected.flops, expected.time)
+    # a limit the unsliced greedy tree misses: the hyper-search runs
+    searched = search_tree(terms, output, sizes, 4, 2**8, seed=1, trials=3)
+    assert searched.trials >= 1 and searched.sliced
 
 
 def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
@@ -158,9 +173,11 @@ def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
 
 def test_a_cheap_network_stops_after_the_minimum_of_trials():
     # Searching longer than the tree takes to run cannot pay: a ring of 20
-    # small matrices gets ceil(MIN_TENSOR_TRIALS / 20) trials, not its budget.
+    # 512x512 matrices (~17 ms estimated: above the quick-tree share of a
+    # trial, below 13 trials) gets ceil(MIN_TENSOR_TRIALS / 20) trials, not
+    # its budget.
     terms = [(i, (i + 1) % 20) for i in range(20)]
-    found = search_tree(terms, (), [4] * 20, 4, 2**20, trials=32, patience=32)
+    found = search_tree(terms, (), [512] * 20, 4, 2**30, trials=32, patience=32)
     assert found.trials == math.ceil(_search.MIN_TENSOR_TRIALS / 20)
 
 

@@ -19,12 +19,14 @@ reconfiguration, choosing which index to slice) keep cotengra's flops + write
 "combo" cost, which is what einslice's traffic-aware model mostly sees and is
 cheap per node.
 
-Stopping rule (what a user can state): *after ``MIN_TENSOR_TRIALS / tensors``
-trials (at least one), stop when the trials so far cost more than the best
-tree's estimated run time, counting each trial as ``TRIAL_COST_PER_TENSOR``
-per tensor, or after ``patience`` trials in a row that did not improve it; stop
-after ``trials`` trials in any case, and never later than ``search_seconds`` of
-wall time*.
+Stopping rule (what a user can state): *stop as soon as the best tree's
+estimated run time is below a tenth of one trial's cost (``CHEAP_TREE_SHARE``:
+no further trial can save more than that); otherwise, after
+``MIN_TENSOR_TRIALS / tensors`` trials (at least one), stop when the trials so
+far cost more than the best tree's estimated run time, counting each trial as
+``TRIAL_COST_PER_TENSOR`` per tensor, or after ``patience`` trials in a row
+that did not improve it; stop after ``trials`` trials in any case, and never
+later than ``search_seconds`` of wall time*.
 All but the last count trials, not seconds, so a given seed gives the same tree
 on any machine, loaded or not; the wall-time cap is a safety net only (a
 search it cuts short is not reproducible, so it is not stored on disk).
@@ -65,7 +67,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 2
+_VERSION = 3
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -85,6 +87,12 @@ TRIAL_COST_PER_TENSOR = 5e8 / CPU_DEFAULT.matmul_flops
 # 36-tensor random network: 3 trials gave trees estimated 5x slower than 8),
 # while on large ones each trial costs seconds (CSP_11, 390 tables: ~2 s).
 MIN_TENSOR_TRIALS = 256
+# A tree estimated to run in less than this share of one trial's cost ends the
+# search at once, before MIN_TENSOR_TRIALS: even a free tree would save less.
+# Small graphical models (Promedus_24: 51 tables, 3e3 FLOPs) spent 0.7 s on the
+# minimum trials of three searches for a microsecond contraction; the suite's
+# random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
+CHEAP_TREE_SHARE = 0.1
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
 
@@ -148,7 +156,8 @@ class Found:
         sliced: the indices cotengra sliced (best first for einslice's chunking).
         flops: the tree's FLOPs summed over its slices (cotengra's count).
         time: einslice's estimated time with ``sliced`` at chunk 1.
-        trials: how many trials the search ran.
+        trials: how many trials the search ran (0: the plain greedy tree was
+            cheap enough, see `_quick_tree`).
     """
 
     path: Path
@@ -351,6 +360,9 @@ def _search(
     search_seconds,
 ) -> tuple[Found, bool]:
     """Run the hyper-optimizer; also say whether it finished before the deadline."""
+    quick = _quick_tree(terms, output, sizes, itemsize, memory_limit, semiring, profile)
+    if quick is not None:
+        return quick, True
     elimination.register()
     kahypar.register()
     objective = _objective(
@@ -361,6 +373,32 @@ def _search(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds
     )
     return _found(optimizer), complete
+
+
+def _quick_tree(
+    terms, output, sizes, itemsize, memory_limit, semiring, profile
+) -> Found | None:
+    """One plain greedy tree, when it is cheap enough to end the search at once.
+
+    A hyper-optimizer trial costs far more than a greedy order (Segmentation_11,
+    618 tables: 0.3 s a trial, mostly subtree reconfiguration, against 0.02 s),
+    so before any trial the greedy tree is costed, unsliced: if it fits the
+    limit and is estimated below ``CHEAP_TREE_SHARE`` of one trial, the search
+    stops there (the rule of `_run_trials`, applied before its first trial).
+    """
+    from cotengra import ContractionTree
+    from cotengra.pathfinders.path_basic import optimize_greedy
+
+    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
+    greedy = optimize_greedy(inputs, tuple(output), size_dict)
+    # its path may take single tensors alone; the tree gives pairs only
+    tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=greedy)
+    path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    cost = estimate(terms, output, sizes, itemsize, semiring, path, {}, profile)
+    trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
+    if cost.peak_bytes > memory_limit or cost.time >= CHEAP_TREE_SHARE * trial_cost:
+        return None
+    return Found(path=path, sliced=(), flops=cost.flops, time=cost.time, trials=0)
 
 
 def _optimizer(n_terms, itemsize, memory_limit, objective, seed):
@@ -409,6 +447,8 @@ def _run_trials(
             optimizer.search(inputs, tuple(output), size_dict)
             best_time = optimizer.best.get("einslice_time", math.inf)
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
+            if best_time < CHEAP_TREE_SHARE * trial_cost:
+                return True
             if done * len(terms) >= MIN_TENSOR_TRIALS and (
                 best_time < done * trial_cost or optimizer.trials_since_best >= patience
             ):
