@@ -227,6 +227,7 @@ class _ForwardSearch:
             self.memory_limit,
             start=dict.fromkeys(seeds, 1),
             profile=self.profile,
+            steps=len(base_body.steps),
         )
         if _key(found.chunks) not in self.bodies:
             cost(found.chunks)
@@ -392,6 +393,7 @@ def _tangent_slicing(
         _candidates(body, sizes),
         max(memory_limit - room, 0),
         profile=profile,
+        steps=len(body.steps),
     )
 
 
