@@ -376,3 +376,29 @@ def test_a_tree_search_with_its_own_settings_gives_the_same_answers(monkeypatch)
     expected, _ = brute_marginals(model)
     for v, p in enumerate(expected):
         np.testing.assert_allclose(got[v], p, atol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "evidence"), TINY)
+def test_one_shot_values_run_on_the_host_and_agree_with_the_compiled_plan(
+    name, evidence, monkeypatch
+):
+    from einslice.pgm import _infer
+
+    model = read_uai(DATA / name)
+    compiled = {}
+    for fn in (log_partition, map_value):
+        monkeypatch.setattr(_infer, "pays_on_host", lambda plan: False)
+        compiled[fn] = fn(model, evidence, dtype="float64")
+        monkeypatch.undo()
+
+    def no_compile(self, operands):
+        raise AssertionError("a tiny model's value should not be compiled")
+
+    monkeypatch.setattr(_infer._Prepared, "run", no_compile)
+    for fn in (log_partition, map_value):
+        assert fn(model, evidence, dtype="float64") == pytest.approx(
+            compiled[fn], rel=1e-12, abs=1e-12
+        )
+    assert compiled[log_partition] == pytest.approx(
+        brute_log_z(model, evidence), rel=1e-9
+    )

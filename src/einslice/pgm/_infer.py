@@ -6,6 +6,12 @@ gradient of log Z with respect to the log-tables (one forward and one backward
 pass, both planned under the memory limit); the MAP value is the same contraction
 in the ``"max"`` semiring, and a MAP state comes from its gradient. The network is
 first simplified exactly in numpy (see ``_network.py``).
+
+log Z and the MAP value need the plan run once: a plan whose numpy walk is
+estimated to beat XLA's compilation of it (``_exec/_host.pays_on_host``; small
+models, whose hundreds of tiny steps compile in seconds and run in
+milliseconds) runs on the host, uncompiled. Marginals and MAP states need
+derivatives and always run the compiled plan.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import einslice
 from .._api import default_memory_limit
 from .._errors import EinsliceError
 from .._exec._calibrate import current_profile
+from .._exec._host import pays_on_host, run_on_host
 from .._exec._run import compile_options
 from .._plan._memory import parse_memory_limit
 from .._plan._search import Found, TreeSearch, search_tree
@@ -87,6 +94,24 @@ class _Prepared:
     def run(self, operands) -> jax.Array:
         assert self.plan is not None  # Why: callers check for a trivial network
         return self.plan(*operands)
+
+    @property
+    def on_host(self) -> bool:
+        """Whether `value` runs the plan in numpy instead of compiling it."""
+        return self.plan is not None and pays_on_host(self.plan)
+
+    def value(self) -> float:
+        """The contraction's value, once: on the host when that beats compiling.
+
+        log Z and the MAP value run the plan a single time, so a plan whose
+        numpy walk is estimated to cost less than XLA's compilation of it
+        (`pays_on_host`: small graphical models, whose hundreds of tiny steps
+        compile in seconds and run in milliseconds) is not compiled.
+        """
+        assert self.plan is not None
+        if self.on_host:
+            return float(run_on_host(self.plan, self.network.tables))
+        return float(self.run(self.operands()))
 
     def jit(self, fun: Callable) -> Callable:
         """``fun`` compiled as the plan's own calls are (see ``compile_options``).
@@ -342,6 +367,11 @@ def _resolve(
             merged = merge(variant, groups)
             seconds = found.time * MEASURED_PER_ESTIMATED
             options.append((seconds + COMPILE_SECONDS * len(groups), merged, path))
+            if found.trials == 0:
+                # The plain greedy tree was cheap enough to end the search (see
+                # _search._quick_tree): such a plan runs on the host, not
+                # compiled, and fewer tables would save only microseconds.
+                break
         _, merged, path = min(options, key=lambda o: o[0])
         return merged, path
     if optimize == "auto":
@@ -415,8 +445,7 @@ def _log_partition(prepared: _Prepared) -> float:
     network = prepared.network
     if prepared.plan is None:
         return network.offset
-    value = float(prepared.run(prepared.operands()))
-    return network.offset + value
+    return network.offset + prepared.value()
 
 
 def _map_value(prepared: _Prepared) -> float:

@@ -1,0 +1,125 @@
+"""The numpy host walk of a plan (``_exec/_host.py``) against float64 references.
+
+Same randomized formulas as the JAX executor's tests (diagonals, private and
+broadcast indices, ellipses, scalars), at memory limits that force slicing, in
+all three semirings; plus when the host is chosen, and its refusals.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import einslice
+from einslice._errors import EinsliceError
+from einslice._exec import _host
+from einslice._exec._host import host_seconds, pays_on_host, run_on_host
+from strategies import (
+    equations,
+    feasible_plan,
+    limit_fractions,
+    limit_from_fraction,
+    materialized_reduce,
+    random_operands,
+    seeds,
+    sliceable_equations,
+    tight_limit_fractions,
+)
+
+
+def _plan(eq, fraction, semiring):
+    limit = limit_from_fraction(
+        eq.subscripts, eq.shapes, fraction, dtype=np.float64, semiring=semiring
+    )
+    plan, _ = feasible_plan(
+        eq.subscripts, eq.shapes, limit, dtype=np.float64, semiring=semiring
+    )
+    return plan
+
+
+def _check(eq, ops, plan, semiring):
+    out = run_on_host(plan, ops)
+    ref = materialized_reduce(eq, ops, semiring)
+    assert out.dtype == np.float64 and out.shape == ref.shape
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(ref))
+    finite = np.isfinite(ref)
+    scale = 1.0 if semiring != "sum" else np.abs(ref[finite]).max(initial=1.0)
+    np.testing.assert_allclose(out[finite], ref[finite], rtol=1e-9, atol=1e-9 * scale)
+
+
+@settings(max_examples=60)
+@given(
+    equations(max_operands=5, max_elements=512),
+    seeds,
+    limit_fractions,
+)
+def test_every_semiring_matches_the_reference(eq, seed, fraction):
+    for semiring in ("sum", "log", "max"):
+        ops = random_operands(eq, seed)
+        if semiring != "sum":
+            ops = [10 * x for x in ops]
+            if ops and ops[0].size:
+                ops[0].flat[0] = -np.inf  # an impossible entry
+        _check(eq, ops, _plan(eq, fraction, semiring), semiring)
+
+
+@settings(max_examples=20)
+@given(
+    sliceable_equations(max_operands=5, max_elements=2**13),
+    seeds,
+    tight_limit_fractions,
+)
+def test_sliced_plans_loop_over_their_chunks(eq, seed, fraction):
+    for semiring in ("sum", "log", "max"):
+        plan = _plan(eq, fraction, semiring)
+        ops = random_operands(eq, seed)
+        _check(eq, ops, plan, semiring)
+
+
+def test_a_sliced_plan_with_uneven_chunks_covers_every_entry():
+    eq_text, shapes = "ij,jk,kl->il", [(30, 37), (37, 41), (41, 29)]
+    plan = einslice.plan(eq_text, *shapes, memory_limit=2000, dtype=np.float64)
+    sizes = dict(zip(plan.equation.names, plan.equation.sizes, strict=True))
+    assert any(sizes[name] % chunk for name, chunk in plan.sliced.items()), plan
+    rng = np.random.default_rng(0)
+    ops = [rng.standard_normal(s) for s in shapes]
+    np.testing.assert_allclose(run_on_host(plan, ops), np.einsum(eq_text, *ops))
+
+
+def test_the_max_product_works_a_block_at_a_time(monkeypatch):
+    monkeypatch.setattr(_host, "MAX_BLOCK_ENTRIES", 8)  # many blocks of k
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((4, 13)), rng.standard_normal((13, 5))
+    plan = einslice.plan(
+        "ik,kj->ij", a.shape, b.shape, semiring="max", dtype=np.float64
+    )
+    expected = (a[:, :, None] + b[None, :, :]).max(axis=1)
+    np.testing.assert_array_equal(run_on_host(plan, [a, b]), expected)
+
+
+def test_results_come_in_the_plan_dtype():
+    plan = einslice.plan("ij,jk->ik", (2, 3), (3, 2), dtype=np.float32)
+    out = run_on_host(plan, [np.ones((2, 3)), np.ones((3, 2))])
+    assert out.dtype == np.float32 and out.tolist() == [[3, 3], [3, 3]]
+
+
+def test_tiny_plans_pay_on_the_host_and_large_ones_do_not():
+    tiny = einslice.plan("ij,jk->ik", (4, 4), (4, 4))
+    large = einslice.plan("ij,jk->ik", (4096, 4096), (4096, 4096))
+    assert pays_on_host(tiny) and not pays_on_host(large)
+    # the estimate grows with the work: a matmul of 2 n^3 FLOPs
+    assert host_seconds(large) > 2 * 4096**3 * _host.FLOP_SECONDS
+
+
+def test_wrong_shapes_and_multi_device_plans_are_refused():
+    plan = einslice.plan("ij,jk->ik", (2, 3), (3, 2))
+    with pytest.raises(EinsliceError, match=r"made for shapes \[\(2, 3\), \(3, 2\)\]"):
+        run_on_host(plan, [np.ones((2, 3)), np.ones((3, 3))])
+    # one device here: the plan as the planner writes it for two
+    spread = dataclasses.replace(plan, devices=2)
+    assert not pays_on_host(spread)
+    with pytest.raises(EinsliceError, match="one-device plans"):
+        run_on_host(spread, [np.ones((2, 3)), np.ones((3, 2))])
