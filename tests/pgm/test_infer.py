@@ -35,6 +35,7 @@ needs_shared = pytest.mark.skipif(
 README_LN_Z = {
     "Promedus_24": 0.0,
     "Grids_12": 697.8812055304381,
+    "Grids_15": 671.7392570126931,
     "sat-grid-pbl-0010.cnf": -math.inf,
 }
 README_LN_Z_EVIDENCE = {"Promedus_24": -13.497318928473792}
@@ -402,3 +403,18 @@ def test_one_shot_values_run_on_the_host_and_agree_with_the_compiled_plan(
     assert compiled[log_partition] == pytest.approx(
         brute_log_z(model, evidence), rel=1e-9
     )
+
+
+@needs_shared
+def test_grids_15_map_value_fits_256mb_and_bounds_log_z():
+    # The search's variants with fewer tables came out over the limit for
+    # "max"; one of them used to be chosen and the planner then failed.
+    from einslice.pgm import _infer
+
+    model = read_uai(SHARED / "Grids_15.uai")
+    prepared = _infer._prepare(model, None, "max", "256MB", "auto", "float32")
+    assert prepared.plan is not None and prepared.plan.peak_bytes <= 256_000_000
+    best = map_value(model, memory_limit="256MB")
+    log_z = README_LN_Z["Grids_15"]
+    # max_x score(x) <= log Σ_x exp(score(x)) <= max_x score(x) + n log 2
+    assert log_z - model.num_variables * math.log(2) <= best <= log_z + 1e-3

@@ -67,7 +67,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 3
+_VERSION = 4
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -156,6 +156,9 @@ class Found:
         sliced: the indices cotengra sliced (best first for einslice's chunking).
         flops: the tree's FLOPs summed over its slices (cotengra's count).
         time: einslice's estimated time with ``sliced`` at chunk 1.
+        peak_bytes: einslice's predicted peak with ``sliced`` at chunk 1 (over
+            the limit when no tree the search found fits: chunk sizing may
+            still slice more).
         trials: how many trials the search ran (0: the plain greedy tree was
             cheap enough, see `_quick_tree`).
     """
@@ -165,6 +168,7 @@ class Found:
     flops: float
     time: float
     trials: int
+    peak_bytes: int
 
 
 def default_trials(n_operands: int) -> int:
@@ -267,6 +271,7 @@ def _load(file) -> Found | None:
             flops=float(data["flops"]),
             time=float(data["time"]),
             trials=int(data["trials"]),
+            peak_bytes=int(data["peak_bytes"]),
         )
     except (ValueError, KeyError, TypeError) as error:
         warnings.warn(
@@ -285,6 +290,7 @@ def _store(file, found: Found) -> None:
         "flops": found.flops,
         "time": found.time,
         "trials": found.trials,
+        "peak_bytes": found.peak_bytes,
     }
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
@@ -317,6 +323,7 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
                     cost.peak_bytes / memory_limit
                 )
             trial["einslice_time"] = cost.time
+            trial["einslice_peak"] = cost.peak_bytes
             # cotengra transforms scores as if positive and > 1 (a log of a
             # sub-second time went complex): score in FLOP-time units.
             return math.log2(max(score * profile.matmul_flops, 2.0))
@@ -398,7 +405,14 @@ def _quick_tree(
     trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
     if cost.peak_bytes > memory_limit or cost.time >= CHEAP_TREE_SHARE * trial_cost:
         return None
-    return Found(path=path, sliced=(), flops=cost.flops, time=cost.time, trials=0)
+    return Found(
+        path=path,
+        sliced=(),
+        flops=cost.flops,
+        time=cost.time,
+        trials=0,
+        peak_bytes=cost.peak_bytes,
+    )
 
 
 def _optimizer(n_terms, itemsize, memory_limit, objective, seed):
@@ -472,5 +486,6 @@ def _found(optimizer) -> Found:
         sliced=tuple(int(i) for i in tree.sliced_inds),
         flops=float(tree.contraction_cost()),
         time=float(best.get("einslice_time", math.inf)),
+        peak_bytes=int(best.get("einslice_peak", 0)),
         trials=len(optimizer.scores),
     )

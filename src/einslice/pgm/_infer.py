@@ -366,7 +366,13 @@ def _resolve(
             groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
             merged = merge(variant, groups)
             seconds = found.time * MEASURED_PER_ESTIMATED
-            options.append((seconds + COMPILE_SECONDS * len(groups), merged, path))
+            # A tree over the limit at its own slicing loses to any that fits
+            # (Grids_15 "max": the 64-entry variant's tree, 272 MB at 256 MB,
+            # had the least compile time and left the planner nothing to fit).
+            over = found.peak_bytes > limit
+            options.append(
+                ((over, seconds + COMPILE_SECONDS * len(groups)), merged, path)
+            )
             if found.trials == 0:
                 # The plain greedy tree was cheap enough to end the search (see
                 # _search._quick_tree): such a plan runs on the host, not
