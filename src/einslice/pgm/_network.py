@@ -209,7 +209,9 @@ def _find_products(
             groups_of[node] = groups_of.pop(a) + groups_of.pop(b)
             products.add(node)
         steps.append((a, b, node))
-        alive = [k for k in alive if k not in (a, b)] + [node]
+        alive.remove(a)
+        alive.remove(b)
+        alive.append(node)
     return groups_of, products, steps
 
 
@@ -246,6 +248,8 @@ def _cluster(
     terms: Sequence[tuple[int, ...]], sizes: dict[int, int], max_entries: int
 ) -> list[list[int]]:
     """Merges neighbouring tables, smallest union first, while it stays small."""
+    if max_entries < 1:  # no union of two tables is that small: nothing to merge
+        return [[k] for k in range(len(terms))]
     members: dict[int, list[int]] = {k: [k] for k in range(len(terms))}
     scope: dict[int, tuple[int, ...]] = dict(enumerate(terms))
     by_variable: dict[int, set[int]] = {}
