@@ -114,9 +114,16 @@ def _solve(args: argparse.Namespace, progress: _Progress) -> str:
     )
     semiring = "max" if args.task == "MAP" else "log"
     prepared = _infer._prepare(
-        model, evidence, semiring, limit, args.optimize, args.dtype
+        model,
+        evidence,
+        semiring,
+        limit,
+        args.optimize,
+        args.dtype,
+        value_only=args.task == "PR",
     )
-    progress(_describe(prepared, limit) + "; running")
+    where = " on the host" if prepared.on_host and args.task == "PR" else ""
+    progress(_describe(prepared, limit) + f"; running{where}")
     if args.task == "PR":
         log_z = _infer._log_partition(prepared)
         progress(f"ln Z = {log_z!r}")

@@ -172,7 +172,9 @@ def log_partition(
         >>> round(log_partition(g), 4)  # ln 6
         1.7918
     """
-    prepared = _prepare(model, evidence, "log", memory_limit, optimize, dtype)
+    prepared = _prepare(
+        model, evidence, "log", memory_limit, optimize, dtype, value_only=True
+    )
     return _log_partition(prepared)
 
 
@@ -246,7 +248,9 @@ def map_value(
         >>> round(map_value(g), 4)  # ln 3
         1.0986
     """
-    prepared = _prepare(model, evidence, "max", memory_limit, optimize, dtype)
+    prepared = _prepare(
+        model, evidence, "max", memory_limit, optimize, dtype, value_only=True
+    )
     return _map_value(prepared)
 
 
@@ -303,13 +307,21 @@ def _prepare(
     memory_limit: int | str | None,
     optimize: object,
     dtype: jax.typing.DTypeLike,
+    value_only: bool = False,
 ) -> _Prepared:
-    """Conditions, simplifies and plans: everything before running."""
+    """Conditions, simplifies and plans: everything before running.
+
+    ``value_only``: the plan will be run once for its value, no derivatives
+    (log Z, the MAP value), so a cheap tree's network is not merged further
+    (see `_resolve`).
+    """
     dtype_ = _check_dtype(dtype)
     network = build_network(model.condition(evidence))
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
-    network, order = _resolve(network, optimize, semiring, memory_limit, dtype_)
+    network, order = _resolve(
+        network, optimize, semiring, memory_limit, dtype_, value_only
+    )
     args: list = []
     for table, term in zip(network.tables, network.terms, strict=True):
         args += [table.shape, list(term)]
@@ -330,6 +342,7 @@ def _resolve(
     semiring: str,
     memory_limit: int | str | None,
     dtype: np.dtype,
+    value_only: bool = False,
 ) -> tuple[Network, object]:
     """Merges tables and turns ``optimize`` into what the planner gets.
 
@@ -373,10 +386,11 @@ def _resolve(
             options.append(
                 ((over, seconds + COMPILE_SECONDS * len(groups)), merged, path)
             )
-            if found.trials == 0:
+            if found.trials == 0 and value_only:
                 # The plain greedy tree was cheap enough to end the search (see
-                # _search._quick_tree): such a plan runs on the host, not
-                # compiled, and fewer tables would save only microseconds.
+                # _search._quick_tree): run once, such a plan is walked on the
+                # host, not compiled, and fewer tables would save only
+                # microseconds. (Derivatives compile: fewer tables pay there.)
                 break
         _, merged, path = min(options, key=lambda o: o[0])
         return merged, path
