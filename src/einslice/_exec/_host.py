@@ -203,7 +203,8 @@ def _matrix(x, term, batch, rows, cols) -> np.ndarray:
     x = np.transpose(x, order)
     n_batch = prod(x.shape[: len(batch)])
     n_rows = prod(x.shape[len(batch) : len(batch) + len(rows)])
-    return x.reshape(n_batch, n_rows, -1)
+    n_cols = prod(x.shape[len(batch) + len(rows) :])  # not -1: sizes may be 0
+    return x.reshape(n_batch, n_rows, n_cols)
 
 
 def _drop(ring: Semiring, x, term, keep):
