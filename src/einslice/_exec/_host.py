@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from functools import partial
 from math import prod
 
 import numpy as np
@@ -142,19 +143,7 @@ def _chunk(plan: Plan, operands: Sequence[np.ndarray]) -> np.ndarray:
             operands, plan.equation.terms, plan.prepared, strict=True
         )
     ]
-    terms = plan.node_terms()
-    for step in plan.steps:
-        nodes.append(
-            _step(
-                ring,
-                step,
-                nodes[step.left],
-                terms[step.left],
-                nodes[step.right],
-                terms[step.right],
-            )
-        )
-    result, term = nodes[-1], terms[len(nodes) - 1]
+    result, term = plan.walk_steps(nodes, partial(_step, ring))
     return np.transpose(result, [term.index(i) for i in plan.equation.output])
 
 

@@ -65,22 +65,13 @@ def chunk_body(
 
 def run_steps(plan: Plan, config: Config, prepared: Sequence[jax.Array]) -> jax.Array:
     """Run a plan's pairwise steps on its prepared operands; output order."""
-    nodes = list(prepared)
-    terms = plan.node_terms()
     ring = plan.ring
-    for step in plan.steps:
-        nodes.append(
-            run_step(
-                ring,
-                step,
-                nodes[step.left],
-                terms[step.left],
-                nodes[step.right],
-                terms[step.right],
-                config,
-            )
-        )
-    result, term = nodes[-1], terms[len(nodes) - 1]
+    result, term = plan.walk_steps(
+        prepared,
+        lambda step, left, lt, right, rt: run_step(
+            ring, step, left, lt, right, rt, config
+        ),
+    )
     order = [term.index(i) for i in plan.equation.output]
     return jnp.transpose(result, order) if order != sorted(order) else result
 

@@ -402,8 +402,7 @@ def _quick_tree(
     tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=greedy)
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
     cost = estimate(terms, output, sizes, itemsize, semiring, path, {}, profile)
-    trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
-    if cost.peak_bytes > memory_limit or cost.time >= CHEAP_TREE_SHARE * trial_cost:
+    if cost.peak_bytes > memory_limit or not _cheap(cost.time, len(terms)):
         return None
     return Found(
         path=path,
@@ -413,6 +412,11 @@ def _quick_tree(
         trials=0,
         peak_bytes=cost.peak_bytes,
     )
+
+
+def _cheap(seconds: float, n_terms: int) -> bool:
+    """Whether a tree this fast ends the search: below `CHEAP_TREE_SHARE` of a trial."""
+    return seconds < CHEAP_TREE_SHARE * n_terms * TRIAL_COST_PER_TENSOR
 
 
 def _optimizer(n_terms, itemsize, memory_limit, objective, seed):
@@ -461,7 +465,7 @@ def _run_trials(
             optimizer.search(inputs, tuple(output), size_dict)
             best_time = optimizer.best.get("einslice_time", math.inf)
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
-            if best_time < CHEAP_TREE_SHARE * trial_cost:
+            if _cheap(best_time, len(terms)):
                 return True
             if done * len(terms) >= MIN_TENSOR_TRIALS and (
                 best_time < done * trial_cost or optimizer.trials_since_best >= patience

@@ -6,10 +6,16 @@ is data, and execution is a plain walk over it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
+from typing import TypeVar
 
 from ._semiring import Semiring, semiring_named
+
+T = TypeVar("T")
+# One step's contraction: (step, left, left term, right, right term) -> result.
+Contract = Callable[["Step", T, tuple[int, ...], T, tuple[int, ...]], T]
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +234,32 @@ class Plan:
     def node_terms(self) -> tuple[tuple[int, ...], ...]:
         """Indices of every node: prepared operands, then each step's result."""
         return self.prepared + tuple(step.result for step in self.steps)
+
+    def walk_steps(
+        self, prepared: Sequence[T], contract: Contract[T]
+    ) -> tuple[T, tuple[int, ...]]:
+        """Run every step with ``contract``; the last node and its indices.
+
+        The executors (JAX's and the host's numpy walk) differ only in how
+        one step contracts: ``contract(step, left, left_term, right,
+        right_term)``. Nodes are indexed as `node_terms` says.
+
+        Example:
+            >>> import einslice
+            >>> p = einslice.plan("ij,jk,kl->il", (2, 3), (3, 4), (4, 5))
+            >>> def paren(step, left, lt, right, rt):
+            ...     return f"({left}{right})"
+            >>> p.walk_steps(["A", "B", "C"], paren)  # operand order: the layout's
+            ('((BA)C)', (0, 3))
+        """
+        nodes = list(prepared)
+        terms = self.node_terms()
+        for step in self.steps:
+            left, right = nodes[step.left], nodes[step.right]
+            nodes.append(
+                contract(step, left, terms[step.left], right, terms[step.right])
+            )
+        return nodes[-1], terms[len(nodes) - 1]
 
     def __call__(self, *operands, precision=None, preferred_element_type=None):
         """Run the plan on operands of the planned shapes (jit/vmap/grad safe)."""
