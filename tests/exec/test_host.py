@@ -123,3 +123,60 @@ def test_wrong_shapes_and_multi_device_plans_are_refused():
     assert not pays_on_host(spread)
     with pytest.raises(EinsliceError, match="one-device plans"):
         run_on_host(spread, [np.ones((2, 3)), np.ones((3, 2))])
+
+
+@settings(max_examples=30)
+@given(equations(max_operands=5, max_elements=512), seeds, limit_fractions)
+def test_both_log_walks_match_the_reference(eq, seed, fraction):
+    """The scaled linear walk and the per-step rule it falls back to."""
+    ops = [30 * x for x in random_operands(eq, seed)]
+    plan = _plan(eq, fraction, "log")
+    _check(eq, ops, plan, "log")
+    with pytest.MonkeyPatch.context() as patch:  # every product "underflows"
+        patch.setattr(_host, "SCALED_FLOOR", 2.0)
+        _check(eq, ops, plan, "log")
+
+
+def test_the_scaled_log_walk_gives_way_where_a_product_would_underflow():
+    # each side spans e^400 (fine alone); their product's terms e^-800 would
+    # flush to zero in float64: the per-step rule computes it instead
+    a, b = np.array([0.0, -400.0]), np.array([-400.0, 0.0])
+    plan = einslice.plan("i,i->", (2,), (2,), semiring="log", dtype=np.float64)
+    assert _host._scaled_log_walk(plan, [a, b]) is None
+    np.testing.assert_allclose(run_on_host(plan, [a, b]), -400 + np.log(2), rtol=1e-12)
+    wide = np.array([0.0, -800.0])  # one table spanning e^800
+    assert _host._scaled_log_walk(plan, [wide, np.zeros(2)]) is None
+    np.testing.assert_allclose(run_on_host(plan, [wide, np.zeros(2)]), 0.0, atol=1e-12)
+
+
+def test_the_scaled_log_walk_keeps_impossible_and_undefined_entries():
+    plan = einslice.plan("ij,jk->ik", (2, 2), (2, 2), semiring="log", dtype=np.float64)
+    impossible = np.full((2, 2), -np.inf)
+    out = run_on_host(plan, [impossible, np.zeros((2, 2))])
+    assert np.isneginf(out).all()
+    one_row = np.array([[0.0, 0.0], [-np.inf, -np.inf]])
+    out = run_on_host(plan, [one_row, np.zeros((2, 2))])
+    np.testing.assert_allclose(out[0], np.log(2), rtol=1e-12)
+    assert np.isneginf(out[1]).all()
+    undefined = np.array([[np.nan, 0.0], [0.0, 0.0]])
+    assert _host._scaled_log_walk(plan, [undefined, np.zeros((2, 2))]) is None
+    assert np.isnan(run_on_host(plan, [undefined, np.zeros((2, 2))])[0]).all()
+
+
+@pytest.mark.parametrize("spread", [1.0, 15.0, 60.0])
+def test_float32_scaled_walks_turn_float64_before_underflow(monkeypatch, spread):
+    # entries spanning up to e^(2*spread) per table: at 1 the walk stays
+    # float32, at 15 its last product turns float64, at 60 it starts float64
+    monkeypatch.setattr(_host, "SINGLE_MIN_FLOPS", 0)
+    rng = np.random.default_rng(7)
+    shapes = [(6, 5), (5, 4), (4, 6), (6, 3)]
+    ops = [(spread * rng.uniform(-1, 1, s)).astype(np.float32) for s in shapes]
+    plan = einslice.plan("ab,bc,cd,de->", *shapes, semiring="log")
+    out = run_on_host(plan, ops)
+    assert out.dtype == np.float32
+    big = [x.astype(np.float64) for x in ops]
+    full = big[0][:, :, None, None, None] + big[1][None, :, :, None, None]
+    full = full + big[2][None, None, :, :, None] + big[3][None, None, None, :, :]
+    top = full.max()
+    ref = top + np.log(np.exp(full - top).sum())
+    np.testing.assert_allclose(out, ref, rtol=2e-6, atol=2e-6)

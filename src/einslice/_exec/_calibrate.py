@@ -53,6 +53,21 @@ def current_profile() -> Profile:
     return _load(cache_dir(), device_kind(), _platform())
 
 
+def host_profile() -> Profile:
+    """The profile of the host CPU, calibrated if stored, without starting JAX.
+
+    For a plan that will run in numpy on the host (``_host.run_on_host``)
+    rather than on the device: JAX's CPU device kind is ``'cpu'``, so this
+    is what `current_profile` gives on a CPU-only machine, found without the
+    backend start-up (milliseconds) that asking for the device costs.
+
+    Example:
+        >>> host_profile().device_kind
+        'cpu'
+    """
+    return _load(cache_dir(), "cpu", "cpu")
+
+
 @cache
 def _load(directory: Path, kind: str, platform: str) -> Profile:
     default = replace(built_in(platform), device_kind=kind)

@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from functools import partial
 from math import prod
@@ -30,7 +31,7 @@ from math import prod
 import numpy as np
 
 from .._errors import EinsliceError
-from .._plan._semiring import Semiring
+from .._plan._semiring import Semiring, semiring_named
 from .._plan._types import Plan, Step
 
 # Host cost model, measured on this project's 2-core CPU (numpy 2, float32,
@@ -137,14 +138,132 @@ def run_on_host(plan: Plan, operands: Sequence) -> np.ndarray:
 def _chunk(plan: Plan, operands: Sequence[np.ndarray]) -> np.ndarray:
     """One chunk: prepare the operands, run every step, lay out the output."""
     ring = plan.ring
-    nodes = [
-        _prepare(ring, x, term, kept)
-        for x, term, kept in zip(
-            operands, plan.equation.terms, plan.prepared, strict=True
-        )
-    ]
-    result, term = plan.walk_steps(nodes, partial(_step, ring))
+    terms, kept = plan.equation.terms, plan.prepared
+    scaled = _scaled_log_walk(plan, operands) if ring.name == "log" else None
+    if scaled is not None:
+        result, term = scaled
+    else:
+        nodes = [
+            _prepare(ring, x, t, k)
+            for x, t, k in zip(operands, terms, kept, strict=True)
+        ]
+        result, term = plan.walk_steps(nodes, partial(_step, ring))
     return np.transpose(result, [term.index(i) for i in plan.equation.output])
+
+
+# A node of the scaled "log" walk: (m, s, floor) stands for log(m) + s, where m
+# has max at most 1 and every positive entry at least floor.
+_Scaled = tuple[np.ndarray, float, float]
+
+
+def _scaled_log_walk(
+    plan: Plan, operands: Sequence[np.ndarray]
+) -> tuple[np.ndarray, tuple[int, ...]] | None:
+    """The "log" chunk in scaled linear form, when no product can underflow.
+
+    Each node is ``log(m) + s`` with one scalar shift ``s``: the steps are
+    "sum" steps on ``m`` (no per-step exponentials and logs; the smallest by
+    ``np.einsum``, one C call), each result rescaled to max 1. A node's floor
+    bounds its positive entries below; every term of a product is at least
+    the product of its sides' floors, so while that stays above
+    ``SCALED_FLOOR`` no term underflows in float64 (an entry is 0 only where
+    every term is exactly 0) and the walk is exact to rounding. When it
+    would drop below (entries of a node more than e^690 apart), None: the
+    chunk takes the per-step rule. The nodes of a float32 plan of more than
+    ``SINGLE_MIN_FLOPS`` stay float32 (half the memory traffic of its large
+    steps) while their products' floors stay above ``FLOAT32_FLOOR``, and
+    turn float64 below it; smaller plans, whose time is per-step overhead,
+    keep float64's accuracy.
+    """
+    eq = plan.equation
+    single = np.dtype(plan.dtype) == np.float32 and plan.flops > SINGLE_MIN_FLOPS
+    scaled: list[_Scaled] = []
+    for x, term, kept in zip(operands, eq.terms, plan.prepared, strict=True):
+        node = _to_scaled(x, term, kept, single)
+        if node is None:
+            return None
+        scaled.append(node)
+    try:
+        (m, shift, _), term = plan.walk_steps(scaled, _scaled_step)
+    except _Underflow:
+        return None
+    with np.errstate(divide="ignore"):
+        result = np.log(m) + shift
+    return result.astype(plan.dtype), term
+
+
+class _Underflow(Exception):
+    """A scaled product could underflow: the chunk takes the per-step rule."""
+
+
+# The smallest product of two floors allowed: float64's normal range ends at
+# 2.2e-308, so every term of a product, and every sum of them, stays normal.
+SCALED_FLOOR = 1e-300
+# Above this many FLOPs a float32 plan's scaled walk runs in float32.
+SINGLE_MIN_FLOPS = 2**21
+# The float32 counterpart of SCALED_FLOOR (float32's normal range ends at
+# 1.2e-38); an operand whose floor is below its square root starts float64.
+FLOAT32_FLOOR = 1e-36
+# A floor below this is tightened to the node's smallest positive entry (a
+# pass over it): the bound, a product of floors, falls faster than entries do.
+TIGHTEN_BELOW = 1e-150
+# Steps whose indices span at most this many entries contract by np.einsum,
+# one C call (~2 us against ~9 for the transposes and matrix product of
+# `_step`); larger ones by the matrix unit, which einsum's loops do not use.
+EINSUM_MAX_ENTRIES = 4096
+
+
+def _to_scaled(x: np.ndarray, term, kept, single: bool) -> _Scaled | None:
+    """An operand as (m, s, floor), its diagonal taken and private sums done."""
+    zero = (np.zeros(x.shape), 0.0, 1.0)
+    if not x.size:
+        return _prepare(_SUM, zero[0], term, kept), 0.0, 1.0
+    top = float(x.max())
+    if top == -math.inf:  # probability zero
+        return _prepare(_SUM, zero[0], term, kept), 0.0, 1.0
+    if not math.isfinite(top):  # +inf or NaN: the per-step rule decides
+        return None
+    low = float(np.min(x, where=x != -np.inf, initial=top))
+    floor = math.exp(low - top)
+    if floor < SCALED_FLOOR:
+        return None
+    single = single and x.dtype == np.float32 and floor * floor >= FLOAT32_FLOOR
+    m = np.exp(x - top) if single else np.exp(x.astype(np.float64) - top)
+    return _prepare(_SUM, m, term, kept), top, floor
+
+
+def _scaled_step(
+    step: Step,
+    left: _Scaled,
+    left_term: tuple[int, ...],
+    right: _Scaled,
+    right_term: tuple[int, ...],
+) -> _Scaled:
+    (a, shift_a, floor_a), (b, shift_b, floor_b) = left, right
+    floor = floor_a * floor_b
+    if floor < SCALED_FLOOR:
+        raise _Underflow
+    if floor < FLOAT32_FLOOR:  # (float32 with float64 gives float64)
+        a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    labels = {i: k for k, i in enumerate(dict.fromkeys(left_term + right_term))}
+    if a.size * b.size <= EINSUM_MAX_ENTRIES:  # bounds the union's entries
+        product = np.einsum(
+            a,
+            [labels[i] for i in left_term],
+            b,
+            [labels[i] for i in right_term],
+            [labels[i] for i in step.result],
+        )
+    else:
+        product = _step(_SUM, step, a, left_term, b, right_term)
+    top = float(product.max()) if product.size else 0.0
+    if top == 0.0:  # every entry zero
+        return product, 0.0, 1.0
+    product /= top
+    floor /= top
+    if floor < TIGHTEN_BELOW:
+        floor = float(np.min(product, where=product > 0, initial=1.0))
+    return product, shift_a + shift_b + math.log(top), floor
 
 
 def _prepare(ring: Semiring, x: np.ndarray, term, kept) -> np.ndarray:
@@ -249,6 +368,7 @@ def _max_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 _PRODUCT = {"sum": np.matmul, "log": _log_product, "max": _max_product}
+_SUM = semiring_named("sum")
 
 
 def _combine(ring: Semiring, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -256,4 +376,5 @@ def _combine(ring: Semiring, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
         return acc + x
     if ring.name == "max":
         return np.maximum(acc, x)
-    return np.logaddexp(acc, x)
+    with np.errstate(invalid="ignore"):  # NaN in, NaN out (as in JAX)
+        return np.logaddexp(acc, x)

@@ -147,6 +147,35 @@ def evaluate(
     return Cost(flops=flops, peak_bytes=peak, time=time)
 
 
+def cached_cost(
+    body: Body,
+    sizes: Sequence[int],
+    chunks: dict[int, int],
+    itemsize: int,
+    profile: Profile,
+    tangent: bool = False,
+) -> Cost:
+    """`evaluate`, cached on the (hashable) body and the chunking.
+
+    The planner's slicing search revisits chunkings, and it costs the tree
+    the tree search has just costed (``_search._quick_tree``).
+    """
+    key = tuple(sorted(chunks.items()))
+    return _cached_evaluate(body, tuple(sizes), key, itemsize, tangent, profile)
+
+
+@lru_cache(maxsize=16384)
+def _cached_evaluate(
+    body: Body,
+    sizes: tuple[int, ...],
+    chunks: tuple,
+    itemsize: int,
+    tangent: bool,
+    profile: Profile,
+) -> Cost:
+    return evaluate(body, sizes, dict(chunks), itemsize, tangent, profile)
+
+
 def peak_bytes(
     body: Body,
     sizes: Sequence[int],
@@ -160,7 +189,7 @@ def peak_bytes(
     (arguments as for ``evaluate``).
     """
     local = chunked_sizes(sizes, chunks)
-    peak, live = _steps_peak(body, chunks, local)
+    peak, live = _steps_peak(body, tuple(sorted(chunks)), tuple(local))
     block = _numel(body.output, local)
     if tuple(_final_term(body)) != tuple(body.output) and chunks:
         peak = max(peak, live + block)  # the block in output order
@@ -171,13 +200,16 @@ def peak_bytes(
     return int(peak * itemsize) + _buffer_overheads(body, sizes, chunks, tangent)
 
 
+@lru_cache(maxsize=64)
 def _steps_peak(
-    body: Body, chunks: dict[int, int], local: Sequence[int]
+    body: Body, chunks: tuple[int, ...], local: tuple[int, ...]
 ) -> tuple[int, int]:
     """Peak entries alive while a chunk's steps run, and those alive after them.
 
     Sliced, diagonal and pre-reduced operands are alive from the start; each
     step adds its result and its transients, and frees the temporaries it read.
+    ``chunks``: the sliced indices. Cached: the planner costs each body's
+    forward and derivative passes, which share it.
     """
     nodes = _node_terms(body)
     n_ops = len(body.terms)
@@ -290,7 +322,9 @@ def estimate_time(
     count = n_chunks(sizes, chunks)
     work = _ChunkWork(kernels=1 + len(body.steps))
     _add_operand_work(work, body, sizes, local, chunks, itemsize, profile, units)
-    _add_step_work(work, body, local, itemsize, profile, units)
+    step_flops_, step_traffic = _step_work(body, tuple(local), itemsize, profile)
+    work.flops += step_flops_
+    work.traffic += step_traffic
     total_flops = work.flops * count
     time = total_flops + work.traffic * count + units.chunk * (count if chunks else 0)
     time += units.launch * work.kernels * count
@@ -341,33 +375,34 @@ def _add_operand_work(
             work.kernels += 1
 
 
-def _add_step_work(
-    work: _ChunkWork,
-    body: Body,
-    local: Sequence[int],
-    itemsize: int,
-    profile: Profile,
-    units: _Units,
-) -> None:
-    """Add the work of the pairwise steps and of laying out the output block."""
+@lru_cache(maxsize=64)
+def _step_work(
+    body: Body, local: tuple[int, ...], itemsize: int, profile: Profile
+) -> tuple[int, float]:
+    """FLOPs and traffic cost of the pairwise steps and of laying out the output.
+
+    Cached: the planner costs each body's forward and derivative passes,
+    which share it.
+    """
+    units = _units(profile)
     nodes = _node_terms(body)
+    flops, traffic = 0, 0.0
     for step in body.steps:
         left, right = nodes[step.left], nodes[step.right]
         size_l, size_r = _numel(left, local), _numel(right, local)
         size_out = _numel(step.result, local)
-        work.flops += step_flops(step, left, right, local)
-        work.traffic += _bytes_cost(
-            (size_l + size_r + size_out) * itemsize, profile, units
-        )
-        work.traffic += _gemm_penalty(step, left, right, local, profile, units)
+        flops += step_flops(step, left, right, local)
+        traffic += _bytes_cost((size_l + size_r + size_out) * itemsize, profile, units)
+        traffic += _gemm_penalty(step, left, right, local, profile, units)
         if step.contracted:
             batch = tuple(i for i in step.result if i in left and i in right)
             for term, size in ((left, size_l), (right, size_r)):
                 if needs_transpose(term, batch, step.contracted):
-                    work.traffic += 2 * size * itemsize * units.byte_transpose
+                    traffic += 2 * size * itemsize * units.byte_transpose
     if tuple(_final_term(body)) != tuple(body.output):
         block = _numel(body.output, local)
-        work.traffic += 2 * block * itemsize * units.byte_transpose
+        traffic += 2 * block * itemsize * units.byte_transpose
+    return flops, traffic
 
 
 def _node_terms(body: Body) -> list[tuple[int, ...]]:

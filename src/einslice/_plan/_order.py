@@ -227,6 +227,21 @@ def check_path(path: Path, n_operands: int) -> None:
         remaining -= len(entry) - 1
 
 
+@lru_cache(maxsize=4096)
+def cached_steps(
+    terms: tuple[tuple[int, ...], ...],
+    output: tuple[int, ...],
+    path: Path,
+    sizes: tuple[int, ...],
+) -> tuple[Step, ...]:
+    """`to_steps`' steps, cached.
+
+    The planner's search and its re-plans revisit chunkings, and the planner
+    lays out the tree the tree search has just costed.
+    """
+    return to_steps(terms, output, path, sizes)[0]
+
+
 def to_steps(
     terms: Sequence[tuple[int, ...]],
     output: tuple[int, ...],

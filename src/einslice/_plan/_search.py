@@ -54,8 +54,8 @@ from .._errors import EinsliceError
 from . import _elimination as elimination
 from . import _kahypar as kahypar
 from ._cachedir import cache_dir
-from ._cost import Body, chunked_sizes, evaluate, ranking
-from ._order import to_steps
+from ._cost import Body, cached_cost, chunked_sizes, evaluate, ranking
+from ._order import cached_steps, to_steps
 from ._profile import CPU_DEFAULT, Profile
 from ._types import Cost
 
@@ -194,6 +194,7 @@ def search_tree(
     patience: int | None = None,
     search_seconds: float = 60.0,
     profile: Profile = CPU_DEFAULT,
+    given: Sequence[tuple[int, ...]] | None = None,
 ) -> Found:
     """Search a contraction tree (and sliced indices) for a large network.
 
@@ -211,6 +212,9 @@ def search_tree(
         search_seconds: a cap on the search's wall time (safety only).
         profile: the device the trees are scored for (the cost model's times);
             part of the cache key.
+        given: the operands' indices before their diagonals and private sums,
+            when ``terms`` are the prepared ones (the planner's): the cost of
+            preparing them is then counted, as the planner counts it.
 
     Returns:
         The best tree found, as a `Found`.
@@ -223,8 +227,10 @@ def search_tree(
     """
     trials = default_trials(len(terms)) if trials is None else trials
     patience = max(1, trials // 2) if patience is None else patience
+    terms = tuple(tuple(t) for t in terms)
+    given_terms = None if given is None else tuple(tuple(t) for t in given)
     key = (
-        tuple(tuple(t) for t in terms),
+        terms,
         tuple(output),
         tuple(sizes),
         itemsize,
@@ -234,6 +240,7 @@ def search_tree(
         trials,
         patience,
         profile,
+        None if given_terms == terms else given_terms,
     )
     return _cached(key, search_seconds)
 
@@ -340,15 +347,30 @@ def estimate(
     path: Path,
     chunks: dict[int, int],
     profile: Profile = CPU_DEFAULT,
+    cached: bool = False,
+    given: Sequence[tuple[int, ...]] | None = None,
 ) -> Cost:
     """The cost model's verdict on a path over prepared terms, sliced by ``chunks``.
+
+    ``cached``: lay out and cost through the planner's caches, for a tree the
+    planner is about to lay out and cost itself (not for the many trees of
+    a search's trials, which would fill them). ``given``: the terms before
+    preparation, as for `search_tree`.
 
     Example:
         >>> estimate([(0, 1), (1, 2)], (0, 2), [4, 4, 4], 4, "sum", ((0, 1),), {}).flops
         128
     """
-    steps = to_steps(terms, output, path, chunked_sizes(sizes, chunks))[0]
-    body = Body(tuple(terms), tuple(terms), steps, tuple(output), semiring)
+    terms, output = tuple(map(tuple, terms)), tuple(output)
+    local = chunked_sizes(sizes, chunks)
+    if cached:
+        steps = cached_steps(terms, output, path, tuple(local))
+    else:
+        steps = to_steps(terms, output, path, local)[0]
+    given = terms if given is None else tuple(map(tuple, given))
+    body = Body(given, terms, steps, output, semiring)
+    if cached:
+        return cached_cost(body, sizes, chunks, itemsize, profile)
     return evaluate(body, sizes, chunks, itemsize, profile=profile)
 
 
@@ -363,11 +385,14 @@ def _search(
     trials,
     patience,
     profile,
+    given,
     *,
     search_seconds,
 ) -> tuple[Found, bool]:
     """Run the hyper-optimizer; also say whether it finished before the deadline."""
-    quick = _quick_tree(terms, output, sizes, itemsize, memory_limit, semiring, profile)
+    quick = _quick_tree(
+        terms, output, sizes, itemsize, memory_limit, semiring, profile, given
+    )
     if quick is not None:
         return quick, True
     elimination.register()
@@ -383,7 +408,7 @@ def _search(
 
 
 def _quick_tree(
-    terms, output, sizes, itemsize, memory_limit, semiring, profile
+    terms, output, sizes, itemsize, memory_limit, semiring, profile, given
 ) -> Found | None:
     """One plain greedy tree, when it is cheap enough to end the search at once.
 
@@ -401,7 +426,10 @@ def _quick_tree(
     # its path may take single tensors alone; the tree gives pairs only
     tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=greedy)
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
-    cost = estimate(terms, output, sizes, itemsize, semiring, path, {}, profile)
+    # cached: the planner lays out and costs this same tree next
+    cost = estimate(
+        terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
+    )
     if cost.peak_bytes > memory_limit or not _cheap(cost.time, len(terms)):
         return None
     return Found(

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import cast
 
 import jax
@@ -29,10 +30,13 @@ import einslice
 
 from .._api import default_memory_limit
 from .._errors import EinsliceError
-from .._exec._calibrate import current_profile
+from .._exec._calibrate import current_profile, host_profile
 from .._exec._host import pays_on_host, run_on_host
 from .._exec._run import compile_options
+from .._plan._equation import build_equation
 from .._plan._memory import parse_memory_limit
+from .._plan._planner import prepare_terms
+from .._plan._profile import Profile
 from .._plan._search import Found, TreeSearch, search_tree
 from ._model import Evidence, FactorGraph
 from ._network import Network, build_network, cluster_groups, merge, tree_groups
@@ -319,8 +323,32 @@ def _prepare(
     network = build_network(model.condition(evidence))
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
+    plan_for = partial(
+        _plan_network, network, optimize, semiring, memory_limit, dtype_, value_only
+    )
+    if value_only:
+        # A plan walked on the host is planned for the host's profile; asking
+        # JAX for the device would start its backend (~6 ms, as long as
+        # pgmpy's whole query of Promedus_24). Only a plan that compiles is
+        # planned again, for the device (the same profile on a CPU).
+        prepared = plan_for(host_profile())
+        if prepared.on_host or prepared.plan is None:
+            return prepared
+    return plan_for(current_profile())
+
+
+def _plan_network(
+    network: Network,
+    optimize: object,
+    semiring: str,
+    memory_limit: int | str | None,
+    dtype: np.dtype,
+    value_only: bool,
+    profile: Profile,
+) -> _Prepared:
+    """`_resolve` and ``einslice.plan`` for the device ``profile`` describes."""
     network, order = _resolve(
-        network, optimize, semiring, memory_limit, dtype_, value_only
+        network, optimize, semiring, memory_limit, dtype, value_only, profile
     )
     args: list = []
     for table, term in zip(network.tables, network.terms, strict=True):
@@ -331,9 +359,10 @@ def _prepare(
         memory_limit=memory_limit,
         optimize=order,
         semiring=semiring,
-        dtype=dtype_,
+        dtype=dtype,
+        profile=profile,
     )
-    return _Prepared(network, plan, dtype_)
+    return _Prepared(network, plan, dtype)
 
 
 def _resolve(
@@ -342,7 +371,8 @@ def _resolve(
     semiring: str,
     memory_limit: int | str | None,
     dtype: np.dtype,
-    value_only: bool = False,
+    value_only: bool,
+    profile: Profile,
 ) -> tuple[Network, object]:
     """Merges tables and turns ``optimize`` into what the planner gets.
 
@@ -350,9 +380,10 @@ def _resolve(
     tables (``TreeSearch()``), the core's tree search (the one ``einsum``
     uses, slicing inside it, under the same limit) runs on the tables as they
     are; tables its tree multiplies before summing anything are then added
-    together (fewer steps to compile), and the planner gets the tree as an
-    explicit path. A path optimizer object is called once,
-    on the network with tiny neighbouring tables merged.
+    together (fewer steps to compile), and the planner gets the tree (its
+    `Found`: path and sliced indices, the seeds of its chunk sizing). A path
+    optimizer object is called once, on the network with tiny neighbouring
+    tables merged.
     """
     if isinstance(optimize, list | tuple):
         raise EinsliceError(
@@ -375,25 +406,29 @@ def _resolve(
             variant = merge(network, cluster_groups(network, entries))
             if any(len(v.tables) == len(variant.tables) for _, v, _ in options):
                 continue
-            found = _search(variant, semiring, limit, dtype.itemsize, search)
+            found = _search(variant, semiring, limit, dtype.itemsize, search, profile)
+            if found.trials == 0 and value_only:
+                # The plain greedy tree was cheap enough to end the search (see
+                # _search._quick_tree): run once, such a plan is walked on the
+                # host, not compiled, where merging tables saves nothing (one
+                # np.einsum per step) and the planner finds this tree costed.
+                # (Derivatives compile: fewer tables pay there.)
+                return variant, found
             groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
-            merged = merge(variant, groups)
+            merged, tree = variant, found  # nothing merged: the planner finds
+            if len(groups) < len(variant.tables):  # the same tree, costed
+                merged = merge(variant, groups)
+                tree = _renumbered(found, variant, merged, path)
             seconds = found.time * MEASURED_PER_ESTIMATED
             # A tree over the limit at its own slicing loses to any that fits
             # (Grids_15 "max": the 64-entry variant's tree, 272 MB at 256 MB,
             # had the least compile time and left the planner nothing to fit).
             over = found.peak_bytes > limit
             options.append(
-                ((over, seconds + COMPILE_SECONDS * len(groups)), merged, path)
+                ((over, seconds + COMPILE_SECONDS * len(groups)), merged, tree)
             )
-            if found.trials == 0 and value_only:
-                # The plain greedy tree was cheap enough to end the search (see
-                # _search._quick_tree): run once, such a plan is walked on the
-                # host, not compiled, and fewer tables would save only
-                # microseconds. (Derivatives compile: fewer tables pay there.)
-                break
-        _, merged, path = min(options, key=lambda o: o[0])
-        return merged, path
+        _, merged, tree = min(options, key=lambda o: o[0])
+        return merged, tree
     if optimize == "auto":
         return network, optimize
     network = merge(network, cluster_groups(network))
@@ -423,16 +458,26 @@ COMPILE_SECONDS = 0.04
 
 
 def _search(
-    network: Network, semiring: str, limit: int, itemsize: int, search: TreeSearch
+    network: Network,
+    semiring: str,
+    limit: int,
+    itemsize: int,
+    search: TreeSearch,
+    profile: Profile,
 ) -> Found:
-    """The core's tree search on a network's tables (variables relabelled 0..)."""
-    variables = sorted({v for term in network.terms for v in term})
-    label = {v: i for i, v in enumerate(variables)}
-    sizes = network.sizes()
+    """The core's tree search on a network's tables, as ``einslice.plan`` sees them.
+
+    The tables' variables are numbered, and variables of one table alone
+    summed out first, exactly as the planner does with the labels it is
+    then given (`build_equation`, `prepare_terms`): the search finds the
+    tree the planner will lay out, and the planner finds it costed.
+    """
+    spec = (tuple(tuple(term) for term in network.terms), ())
+    equation = build_equation(spec, tuple(t.shape for t in network.tables))
     return search_tree(
-        [tuple(label[v] for v in term) for term in network.terms],
-        (),
-        [sizes[v] for v in variables],
+        prepare_terms(equation),
+        equation.output,
+        equation.sizes,
         itemsize,
         limit,
         semiring=semiring,
@@ -440,8 +485,27 @@ def _search(
         trials=search.trials,
         patience=search.patience,
         search_seconds=search.seconds,
-        profile=current_profile(),  # as einslice.plan's default, below
+        profile=profile,
+        given=equation.terms,
     )
+
+
+def _renumbered(found: Found, variant: Network, merged: Network, path) -> Found:
+    """``found`` for the tables of ``merged``: its path, its sliced indices renumbered.
+
+    Indices are numbered as ``build_equation`` numbers the labels it is
+    given, in order of first appearance: the planner gets the tree's sliced
+    indices as its own (the seeds of its chunk sizing) and the tree's path
+    over the merged tables.
+    """
+
+    def numbering(network: Network) -> list:
+        return list(dict.fromkeys(v for term in network.terms for v in term))
+
+    before = numbering(variant)
+    after = {v: k for k, v in enumerate(numbering(merged))}
+    sliced = tuple(after[before[i]] for i in found.sliced)
+    return replace(found, path=tuple(map(tuple, path)), sliced=sliced)
 
 
 def _check_dtype(dtype: jax.typing.DTypeLike) -> np.dtype:
