@@ -180,3 +180,25 @@ def test_float32_scaled_walks_turn_float64_before_underflow(monkeypatch, spread)
     top = full.max()
     ref = top + np.log(np.exp(full - top).sum())
     np.testing.assert_allclose(out, ref, rtol=2e-6, atol=2e-6)
+
+
+@settings(max_examples=40)
+@given(equations(max_operands=5, max_elements=512, zero_size=True), seeds)
+def test_a_host_walk_of_the_greedy_path_matches_the_reference(eq, seed):
+    # what einslice.pgm walks unplanned: plain steps (no layout), any output
+    from einslice._plan._equation import build_equation, parse_subscripts
+    from einslice._plan._planner import prepare_terms
+    from einslice._plan._search import greedy_path
+    from einslice._plan._walk import host_walk
+
+    equation = build_equation(
+        parse_subscripts(eq.subscripts, len(eq.shapes)), eq.shapes
+    )
+    terms = prepare_terms(equation)
+    path = greedy_path(terms, equation.output, equation.sizes) if len(terms) > 1 else ()
+    for semiring in ("sum", "log", "max"):
+        ops = random_operands(eq, seed)
+        if semiring != "sum":
+            ops = [10 * x for x in ops]
+        walk = host_walk(equation, path, semiring, "float64")
+        _check(eq, ops, walk, semiring)

@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -343,8 +344,12 @@ def test_unsatisfiable_sat_instance_is_minus_infinity():
 def test_auto_hands_the_merged_network_to_the_core_search(monkeypatch):
     # pgm has no order search of its own: "auto" reaches the planner as it is,
     # once, on the network with tiny neighbouring tables merged.
+    from einslice.pgm import _infer
+
     model = read_uai(DATA / "loop4.uai")
     expected = log_partition(model)
+    # log Z alone of so small a network is walked unplanned (tested below)
+    monkeypatch.setattr(_infer, "_quick_walk", lambda *args: None)
     real_plan = einslice.plan
     asked = []
 
@@ -356,6 +361,43 @@ def test_auto_hands_the_merged_network_to_the_core_search(monkeypatch):
     assert log_partition(model) == pytest.approx(expected)
     assert [o for o, _ in asked] == ["auto"]
     assert asked[0][1] <= len(model.factors)
+
+
+@needs_shared
+def test_a_small_networks_value_is_walked_on_the_host_unplanned(monkeypatch):
+    # Promedus_24: its greedy tree walks in milliseconds, less than a search
+    # trial or compiling; nothing is planned and nothing compiled
+    from einslice.pgm import _infer
+
+    model = read_uai(SHARED / "Promedus_24.uai")
+    for semiring in ("log", "max"):
+        walked = _infer._prepare(
+            model, None, semiring, "256MB", "auto", "float32", True
+        )
+        assert walked.walk is not None and walked.plan is None and walked.on_host
+        assert walked.walk.peak_bytes <= 256 * 10**6
+        # a limit below the walk's memory bound leaves it to the planner
+        tight = walked.walk.peak_bytes - 1
+        dtype = np.dtype(np.float32)
+        assert _infer._quick_walk(walked.network, semiring, tight, dtype) is None
+        with monkeypatch.context() as patch:
+            patch.setattr(_infer, "_quick_walk", lambda *args: None)
+            planned = _infer._prepare(
+                model, None, semiring, "256MB", "auto", dtype, True
+            )
+        assert planned.walk is None and planned.plan is not None
+        want = _infer._log_partition(planned)
+
+        monkeypatch.setattr(einslice, "plan", _refuse)
+        monkeypatch.setattr(jax, "jit", _refuse)
+        got = log_partition(model) if semiring == "log" else map_value(model)
+        monkeypatch.undo()
+        assert got == pytest.approx(want, abs=1e-5)
+    assert log_partition(model) == pytest.approx(eliminate_log_z(model), abs=1e-5)
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("planned or compiled")
 
 
 def test_a_tree_search_with_its_own_settings_gives_the_same_answers(monkeypatch):

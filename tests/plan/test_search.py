@@ -147,6 +147,7 @@ def test_a_cheap_greedy_tree_ends_the_search_before_any_trial():
 def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
     tmp_path, monkeypatch
 ):
+    monkeypatch.setattr(_search, "_quick_tree", lambda *args: None)  # search
     terms, output, sizes = _network(lattice_equation([4, 5], d_min=2, seed=0))
     found = search_tree(terms, output, sizes, 4, 2**12)
     files = list((tmp_path / "trees").glob("*.json"))
@@ -165,6 +166,7 @@ def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
     _search._cached.cache_clear()
     monkeypatch.undo()
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_search, "_quick_tree", lambda *args: None)
     with pytest.warns(RuntimeWarning, match="corrupt search-tree cache file"):
         again = search_tree(terms, output, sizes, 4, 2**12)
     assert again == found
@@ -277,8 +279,20 @@ def test_tree_search_refuses_bad_settings_by_name(setting, message):
         einslice.TreeSearch(**setting)
 
 
-def test_trees_are_scored_for_the_device_profile_and_cached_per_profile(tmp_path):
+def test_a_cheap_greedy_tree_is_not_written_to_disk(tmp_path):
+    # milliseconds to find again; a file per network would fill the cache
+    terms = [(i, (i + 1) % 16) for i in range(16)]
+    found = search_tree(terms, (), [4] * 16, 4, 2**20)
+    assert found.trials == 0
+    assert not list(tmp_path.glob("trees/*.json"))
+
+
+def test_trees_are_scored_for_the_device_profile_and_cached_per_profile(
+    tmp_path, monkeypatch
+):
     from einslice._plan._profile import CPU_DEFAULT, GPU_DEFAULT
+
+    monkeypatch.setattr(_search, "_quick_tree", lambda *args: None)  # search
 
     terms, output, sizes = _network(randreg_equation(30, 3, d_min=2, d_max=3, seed=1))
     cpu = search_tree(terms, output, sizes, 4, 2**16, trials=2, profile=CPU_DEFAULT)

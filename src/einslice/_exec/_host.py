@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import string
 from collections.abc import Sequence
 from functools import partial
 from math import prod
@@ -32,7 +33,8 @@ import numpy as np
 
 from .._errors import EinsliceError
 from .._plan._semiring import Semiring, semiring_named
-from .._plan._types import Plan, Step
+from .._plan._types import HostWalk, Plan, Step
+from .._plan._walk import MAX_BLOCK_ENTRIES  # the "max" product's block
 
 # Host cost model, measured on this project's 2-core CPU (numpy 2, float32,
 # "log" steps of UAI networks): a step's fixed cost (transposes, reshapes,
@@ -47,12 +49,9 @@ FLOP_SECONDS = 1 / 20e9
 # lattices of 99-399 steps in 0.1-9 s. The low end, so that the host is
 # chosen only when it clearly wins.
 COMPILE_SECONDS_PER_STEP = 0.01
-# The "max" product broadcasts a block of its contracted axis at a time; this
-# bounds that block's entries (4 MiB of float32).
-MAX_BLOCK_ENTRIES = 1 << 20
 
 
-def pays_on_host(plan: Plan) -> bool:
+def pays_on_host(plan: Plan | HostWalk) -> bool:
     """Whether one host run of ``plan`` is estimated to beat compiling it.
 
     Example:
@@ -67,7 +66,7 @@ def pays_on_host(plan: Plan) -> bool:
     return host_seconds(plan) < COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
 
 
-def host_seconds(plan: Plan) -> float:
+def host_seconds(plan: Plan | HostWalk) -> float:
     """The host cost model's time for one `run_on_host` of ``plan``."""
     sizes = list(plan.equation.sizes)
     for index, chunk in plan.chunks:
@@ -85,11 +84,11 @@ def host_seconds(plan: Plan) -> float:
     return per_chunk * plan.n_chunks
 
 
-def run_on_host(plan: Plan, operands: Sequence) -> np.ndarray:
+def run_on_host(plan: Plan | HostWalk, operands: Sequence) -> np.ndarray:
     """Contract ``operands`` along ``plan`` in numpy (no JAX, no compilation).
 
     Args:
-        plan: a plan for one device (not sharded).
+        plan: a plan for one device (not sharded), or a `HostWalk`.
         operands: arrays of the planned shapes (anything ``np.asarray`` takes).
 
     Returns:
@@ -135,7 +134,7 @@ def run_on_host(plan: Plan, operands: Sequence) -> np.ndarray:
     return out
 
 
-def _chunk(plan: Plan, operands: Sequence[np.ndarray]) -> np.ndarray:
+def _chunk(plan: Plan | HostWalk, operands: Sequence[np.ndarray]) -> np.ndarray:
     """One chunk: prepare the operands, run every step, lay out the output."""
     ring = plan.ring
     terms, kept = plan.equation.terms, plan.prepared
@@ -157,7 +156,7 @@ _Scaled = tuple[np.ndarray, float, float]
 
 
 def _scaled_log_walk(
-    plan: Plan, operands: Sequence[np.ndarray]
+    plan: Plan | HostWalk, operands: Sequence[np.ndarray]
 ) -> tuple[np.ndarray, tuple[int, ...]] | None:
     """The "log" chunk in scaled linear form, when no product can underflow.
 
@@ -211,6 +210,7 @@ TIGHTEN_BELOW = 1e-150
 # one C call (~2 us against ~9 for the transposes and matrix product of
 # `_step`); larger ones by the matrix unit, which einsum's loops do not use.
 EINSUM_MAX_ENTRIES = 4096
+_LETTERS = string.ascii_letters  # np.einsum's labels
 
 
 def _to_scaled(x: np.ndarray, term, kept, single: bool) -> _Scaled | None:
@@ -246,14 +246,13 @@ def _scaled_step(
     if floor < FLOAT32_FLOOR:  # (float32 with float64 gives float64)
         a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     labels = {i: k for k, i in enumerate(dict.fromkeys(left_term + right_term))}
-    if a.size * b.size <= EINSUM_MAX_ENTRIES:  # bounds the union's entries
-        product = np.einsum(
-            a,
-            [labels[i] for i in left_term],
-            b,
-            [labels[i] for i in right_term],
-            [labels[i] for i in step.result],
-        )
+    if a.size * b.size <= EINSUM_MAX_ENTRIES and len(labels) <= len(_LETTERS):
+        # (the sides' sizes bound the union's entries)
+        def letters(term) -> str:
+            return "".join(_LETTERS[labels[i]] for i in term)
+
+        spec = f"{letters(left_term)},{letters(right_term)}->{letters(step.result)}"
+        product = np.einsum(spec, a, b)
     else:
         product = _step(_SUM, step, a, left_term, b, right_term)
     top = float(product.max()) if product.size else 0.0

@@ -11,7 +11,7 @@ DRAM is slower than one doing the same FLOPs in cache.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from math import log2, prod
@@ -423,7 +423,7 @@ def _input_size(term: Sequence[int], local: Sequence[int]) -> int:
     return _numel(term, local)
 
 
-def _materialized(body: Body, k: int, chunks: dict[int, int]) -> bool:
+def _materialized(body: Body, k: int, chunks: Collection[int]) -> bool:
     """Whether prepared operand k is a temporary (sliced, diagonal or reduced)."""
     term = body.terms[k]
     return (

@@ -280,6 +280,30 @@ def to_steps(
     return tuple(steps), tuple(pairs)
 
 
+def plain_steps(
+    terms: Sequence[tuple[int, ...]], output: tuple[int, ...], path: Path
+) -> tuple[Step, ...]:
+    """`to_steps` without choosing layouts: each result in order of appearance.
+
+    For a walk that contracts each step by ``np.einsum`` (any layout), where
+    laying steps out for ``dot_general`` would cost more than it saves.
+
+    Example:
+        >>> plain_steps([(0, 1), (1, 2)], (2, 0), ((0, 1),))
+        (Step(left=0, right=1, result=(0, 2), contracted=(1,)),)
+    """
+    label_sets, pairs_by_node, _ = _pairwise_merges(terms, output, path)
+    node_terms: list[tuple[int, ...]] = list(terms)
+    steps = []
+    for node, (a, b) in enumerate(pairs_by_node, start=len(terms)):
+        union = tuple(dict.fromkeys(node_terms[a] + node_terms[b]))
+        kept = label_sets[node]
+        result = tuple(i for i in union if i in kept)
+        steps.append(Step(a, b, result, tuple(i for i in union if i not in kept)))
+        node_terms.append(result)
+    return tuple(steps)
+
+
 @dataclass(frozen=True)
 class _Tree:
     """The pairwise merges of a path: what each step's layout looks ahead at."""

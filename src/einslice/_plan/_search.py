@@ -247,6 +247,16 @@ def search_tree(
 
 @lru_cache(maxsize=256)
 def _cached(key: tuple, search_seconds: float) -> Found:
+    """A cheap greedy tree, else the disk's tree, else a search (then stored).
+
+    The quick tree takes milliseconds: it is not worth a file in the cache
+    directory (one per network: a user conditioning on new evidence per
+    query would fill it), nor the reading of one.
+    """
+    terms, output, sizes, itemsize, limit, semiring, *_, profile, given = key
+    quick = _quick_tree(terms, output, sizes, itemsize, limit, semiring, profile, given)
+    if quick is not None:
+        return quick
     disk = cache_dir() / "trees" / f"{_digest(key)}.json"
     found = _load(disk)
     if found is not None:
@@ -390,11 +400,6 @@ def _search(
     search_seconds,
 ) -> tuple[Found, bool]:
     """Run the hyper-optimizer; also say whether it finished before the deadline."""
-    quick = _quick_tree(
-        terms, output, sizes, itemsize, memory_limit, semiring, profile, given
-    )
-    if quick is not None:
-        return quick, True
     elimination.register()
     kahypar.register()
     objective = _objective(
@@ -418,19 +423,12 @@ def _quick_tree(
     limit and is estimated below ``CHEAP_TREE_SHARE`` of one trial, the search
     stops there (the rule of `_run_trials`, applied before its first trial).
     """
-    from cotengra import ContractionTree
-    from cotengra.pathfinders.path_basic import optimize_greedy
-
-    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
-    greedy = optimize_greedy(inputs, tuple(output), size_dict)
-    # its path may take single tensors alone; the tree gives pairs only
-    tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=greedy)
-    path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    path = greedy_path(terms, output, sizes)
     # cached: the planner lays out and costs this same tree next
     cost = estimate(
         terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
     )
-    if cost.peak_bytes > memory_limit or not _cheap(cost.time, len(terms)):
+    if cost.peak_bytes > memory_limit or not cheap(cost.time, len(terms)):
         return None
     return Found(
         path=path,
@@ -442,8 +440,33 @@ def _quick_tree(
     )
 
 
-def _cheap(seconds: float, n_terms: int) -> bool:
-    """Whether a tree this fast ends the search: below `CHEAP_TREE_SHARE` of a trial."""
+def greedy_path(
+    terms: Sequence[tuple[int, ...]], output: tuple[int, ...], sizes: Sequence[int]
+) -> Path:
+    """The plain greedy order of cotengra, as a pairwise path (opt_einsum format).
+
+    Example:
+        >>> greedy_path([(0, 1), (1, 2), (2, 3)], (0, 3), [2, 2, 2, 2])
+        ((0, 1), (0, 1))
+    """
+    from cotengra import ContractionTree
+    from cotengra.pathfinders.path_basic import optimize_greedy
+
+    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
+    greedy = optimize_greedy(inputs, tuple(output), size_dict)
+    if any(len(step) != 2 for step in greedy):
+        # it took single tensors alone (or several at once): the tree's path
+        # gives pairs only
+        tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=greedy)
+        greedy = tree.get_path()
+    return tuple(tuple(int(p) for p in step) for step in greedy)
+
+
+def cheap(seconds: float, n_terms: int) -> bool:
+    """Whether a tree this fast ends the search: below `CHEAP_TREE_SHARE` of a trial.
+
+    A search runs at least one trial, so it cannot pay for itself.
+    """
     return seconds < CHEAP_TREE_SHARE * n_terms * TRIAL_COST_PER_TENSOR
 
 
@@ -493,7 +516,7 @@ def _run_trials(
             optimizer.search(inputs, tuple(output), size_dict)
             best_time = optimizer.best.get("einslice_time", math.inf)
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
-            if _cheap(best_time, len(terms)):
+            if cheap(best_time, len(terms)):
                 return True
             if done * len(terms) >= MIN_TENSOR_TRIALS and (
                 best_time < done * trial_cost or optimizer.trials_since_best >= patience

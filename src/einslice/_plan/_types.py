@@ -128,9 +128,51 @@ class Choice:
     tuning_seconds: float = 0.0
 
 
+class Steps:
+    """Pairwise steps over prepared operands: what the executors walk.
+
+    The base of `Plan` and `HostWalk`; they hold ``prepared`` (each operand's
+    indices after diagonals and private sums) and ``steps``.
+    """
+
+    __slots__ = ()
+    prepared: tuple[tuple[int, ...], ...]
+    steps: tuple[Step, ...]
+
+    def node_terms(self) -> tuple[tuple[int, ...], ...]:
+        """Indices of every node: prepared operands, then each step's result."""
+        return self.prepared + tuple(step.result for step in self.steps)
+
+    def walk_steps(
+        self, prepared: Sequence[T], contract: Contract[T]
+    ) -> tuple[T, tuple[int, ...]]:
+        """Run every step with ``contract``; the last node and its indices.
+
+        The executors (JAX's and the host's numpy walk) differ only in how
+        one step contracts: ``contract(step, left, left_term, right,
+        right_term)``. Nodes are indexed as `node_terms` says.
+
+        Example:
+            >>> import einslice
+            >>> p = einslice.plan("ij,jk,kl->il", (2, 3), (3, 4), (4, 5))
+            >>> def paren(step, left, lt, right, rt):
+            ...     return f"({left}{right})"
+            >>> p.walk_steps(["A", "B", "C"], paren)  # operand order: the layout's
+            ('((BA)C)', (0, 3))
+        """
+        nodes = list(prepared)
+        terms = self.node_terms()
+        for step in self.steps:
+            left, right = nodes[step.left], nodes[step.right]
+            nodes.append(
+                contract(step, left, terms[step.left], right, terms[step.right])
+            )
+        return nodes[-1], terms[len(nodes) - 1]
+
+
 # weakref_slot: jax.jit(plan) keeps a weak reference to the function it wraps.
 @dataclass(frozen=True, slots=True, weakref_slot=True)
-class Plan:
+class Plan(Steps):
     """How einslice contracts one equation: path, slices, chunk sizes and costs.
 
     ``chunks`` maps each sliced index to its chunk size (the forward pass);
@@ -231,36 +273,6 @@ class Plan:
             return self
         return replace(self, steps=self.steps[: -self.hoisted], hoisted=0)
 
-    def node_terms(self) -> tuple[tuple[int, ...], ...]:
-        """Indices of every node: prepared operands, then each step's result."""
-        return self.prepared + tuple(step.result for step in self.steps)
-
-    def walk_steps(
-        self, prepared: Sequence[T], contract: Contract[T]
-    ) -> tuple[T, tuple[int, ...]]:
-        """Run every step with ``contract``; the last node and its indices.
-
-        The executors (JAX's and the host's numpy walk) differ only in how
-        one step contracts: ``contract(step, left, left_term, right,
-        right_term)``. Nodes are indexed as `node_terms` says.
-
-        Example:
-            >>> import einslice
-            >>> p = einslice.plan("ij,jk,kl->il", (2, 3), (3, 4), (4, 5))
-            >>> def paren(step, left, lt, right, rt):
-            ...     return f"({left}{right})"
-            >>> p.walk_steps(["A", "B", "C"], paren)  # operand order: the layout's
-            ('((BA)C)', (0, 3))
-        """
-        nodes = list(prepared)
-        terms = self.node_terms()
-        for step in self.steps:
-            left, right = nodes[step.left], nodes[step.right]
-            nodes.append(
-                contract(step, left, terms[step.left], right, terms[step.right])
-            )
-        return nodes[-1], terms[len(nodes) - 1]
-
     def __call__(self, *operands, precision=None, preferred_element_type=None):
         """Run the plan on operands of the planned shapes (jit/vmap/grad safe)."""
         # Imported here so that planning never imports JAX.
@@ -284,3 +296,41 @@ class Plan:
             f"sliced={self.sliced}, flops={self.flops:.3g}, "
             f"peak_bytes={self.peak_bytes})"
         )
+
+
+@dataclass(frozen=True, slots=True)
+class HostWalk(Steps):
+    """A contraction to walk once on the host: steps, no layout, no costing.
+
+    What ``_exec/_host.run_on_host`` needs of a `Plan`, for a value computed
+    once in numpy, where making a plan (laying out each step for
+    ``dot_general``, costing the forward and derivative passes) would cost
+    more than the walk: one device, nothing sliced. ``peak_bytes`` bounds
+    the walk's temporary memory (every node alive at once).
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> from einslice._plan._walk import host_walk
+        >>> eq = build_equation(parse_subscripts("ij,jk->k", 2), ((2, 3), (3, 4)))
+        >>> w = host_walk(eq, ((0, 1),), "sum", "float64")
+        >>> w.prepared, w.steps[0].result, w.n_chunks
+        (((1,), (1, 2)), (2,), 1)
+    """
+
+    equation: Equation
+    prepared: tuple[tuple[int, ...], ...]
+    steps: tuple[Step, ...]
+    semiring: str
+    dtype: str
+    flops: int
+    peak_bytes: int
+
+    chunks = ()  # nothing sliced (a class constant, not a field)
+    devices = 1
+    sharded = None
+    n_chunks = 1
+
+    @property
+    def ring(self) -> Semiring:
+        """The `Semiring` that ``semiring`` names."""
+        return semiring_named(self.semiring)

@@ -143,10 +143,18 @@ def _solve(args: argparse.Namespace, progress: _Progress) -> str:
 
 
 def _describe(prepared, limit: int | None) -> str:
+    from .._api import default_memory_limit
     from .._plan._memory import format_bytes
 
-    plan = prepared.plan
+    plan, walk = prepared.plan, prepared.walk
     tables = len(prepared.network.tables)
+    if walk is not None:  # limit: as given, or the device default
+        budget = format_bytes(limit if limit is not None else default_memory_limit())
+        return (
+            f"{tables} tables in the greedy order, nothing to plan: "
+            f"{walk.flops:.3g} FLOPs, at most {format_bytes(walk.peak_bytes)} "
+            f"of {budget}"
+        )
     if plan is None:
         return f"{tables} tables; nothing to contract (a constant)"
     sliced = (

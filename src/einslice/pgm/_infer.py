@@ -31,13 +31,15 @@ import einslice
 from .._api import default_memory_limit
 from .._errors import EinsliceError
 from .._exec._calibrate import current_profile, host_profile
-from .._exec._host import pays_on_host, run_on_host
+from .._exec._host import host_seconds, pays_on_host, run_on_host
 from .._exec._run import compile_options
 from .._plan._equation import build_equation
 from .._plan._memory import parse_memory_limit
 from .._plan._planner import prepare_terms
 from .._plan._profile import Profile
-from .._plan._search import Found, TreeSearch, search_tree
+from .._plan._search import Found, TreeSearch, cheap, greedy_path, search_tree
+from .._plan._types import Equation, HostWalk
+from .._plan._walk import host_walk
 from ._model import Evidence, FactorGraph
 from ._network import Network, build_network, cluster_groups, merge, tree_groups
 
@@ -85,11 +87,22 @@ class MapResult:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class _Prepared:
-    """A network with its plan, ready to run; the CLI reports the plan."""
+    """A network with its plan (or its host walk), ready to run.
+
+    ``plan`` and ``walk`` both None: nothing to contract (the network
+    vanished); ``walk``: a one-shot value walked on the host unplanned (see
+    `_quick_walk`). The CLI reports them.
+    """
 
     network: Network
     plan: einslice.Plan | None
     dtype: np.dtype
+    walk: HostWalk | None = None
+
+    @property
+    def trivial(self) -> bool:
+        """Whether there is nothing to contract (the value is the offset)."""
+        return self.plan is None and self.walk is None
 
     def operands(self, tables=None) -> tuple[jax.Array, ...]:
         tables = self.network.tables if tables is None else tables
@@ -101,7 +114,9 @@ class _Prepared:
 
     @property
     def on_host(self) -> bool:
-        """Whether `value` runs the plan in numpy instead of compiling it."""
+        """Whether `value` runs in numpy instead of compiling the plan."""
+        if self.walk is not None:
+            return True
         return self.plan is not None and pays_on_host(self.plan)
 
     def value(self) -> float:
@@ -112,6 +127,8 @@ class _Prepared:
         (`pays_on_host`: small graphical models, whose hundreds of tiny steps
         compile in seconds and run in milliseconds) is not compiled.
         """
+        if self.walk is not None:
+            return float(run_on_host(self.walk, self.network.tables))
         assert self.plan is not None
         if self.on_host:
             return float(run_on_host(self.plan, self.network.tables))
@@ -316,13 +333,18 @@ def _prepare(
     """Conditions, simplifies and plans: everything before running.
 
     ``value_only``: the plan will be run once for its value, no derivatives
-    (log Z, the MAP value), so a cheap tree's network is not merged further
-    (see `_resolve`).
+    (log Z, the MAP value): a small network's greedy tree is then walked on
+    the host unplanned (`_quick_walk`), and a cheap tree's network is not
+    merged further (see `_resolve`).
     """
     dtype_ = _check_dtype(dtype)
     network = build_network(model.condition(evidence))
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
+    if value_only and optimize == "auto":
+        quick = _quick_walk(network, semiring, memory_limit, dtype_)
+        if quick is not None:
+            return _Prepared(*quick[:1], None, dtype_, quick[1])
     plan_for = partial(
         _plan_network, network, optimize, semiring, memory_limit, dtype_, value_only
     )
@@ -407,18 +429,9 @@ def _resolve(
             if any(len(v.tables) == len(variant.tables) for _, v, _ in options):
                 continue
             found = _search(variant, semiring, limit, dtype.itemsize, search, profile)
-            if found.trials == 0 and value_only:
-                # The plain greedy tree was cheap enough to end the search (see
-                # _search._quick_tree): run once, such a plan is walked on the
-                # host, not compiled, where merging tables saves nothing (one
-                # np.einsum per step) and the planner finds this tree costed.
-                # (Derivatives compile: fewer tables pay there.)
-                return variant, found
             groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
-            merged, tree = variant, found  # nothing merged: the planner finds
-            if len(groups) < len(variant.tables):  # the same tree, costed
-                merged = merge(variant, groups)
-                tree = _renumbered(found, variant, merged, path)
+            merged = merge(variant, groups)
+            tree = _for_planner(found, variant, merged, path)
             seconds = found.time * MEASURED_PER_ESTIMATED
             # A tree over the limit at its own slicing loses to any that fits
             # (Grids_15 "max": the 64-entry variant's tree, 272 MB at 256 MB,
@@ -427,6 +440,15 @@ def _resolve(
             options.append(
                 ((over, seconds + COMPILE_SECONDS * len(groups)), merged, tree)
             )
+            if found.trials == 0 and value_only:
+                # The plain greedy tree was cheap enough to end the search (see
+                # _search._quick_tree): run once, such a plan is walked on the
+                # host, not compiled, and fewer tables would save only
+                # microseconds. (Derivatives compile: fewer tables pay there.)
+                # Its own merges stay: the walk then multiplies small tables
+                # together once instead of into large intermediates (Grids_15
+                # unmerged walked in 2.6 s, merged in 0.3 s).
+                break
         _, merged, tree = min(options, key=lambda o: o[0])
         return merged, tree
     if optimize == "auto":
@@ -465,19 +487,22 @@ def _search(
     search: TreeSearch,
     profile: Profile,
 ) -> Found:
-    """The core's tree search on a network's tables, as ``einslice.plan`` sees them.
+    """The core's tree search on a network's tables (variables relabelled 0..).
 
-    The tables' variables are numbered, and variables of one table alone
-    summed out first, exactly as the planner does with the labels it is
-    then given (`build_equation`, `prepare_terms`): the search finds the
-    tree the planner will lay out, and the planner finds it costed.
+    The search sees the tables as they are, variables of one table alone
+    included (`_variables` numbers them): on these networks cotengra finds
+    better trees so than on the planner's prepared terms (Grids_15: a
+    5.9e9-FLOP tree walked in 0.4 s, against a 7.2e8-FLOP one in 4.6 s;
+    CSP_11 5.2 s against 6.3 s end to end). `_for_planner` renumbers the
+    tree for the planner.
     """
-    spec = (tuple(tuple(term) for term in network.terms), ())
-    equation = build_equation(spec, tuple(t.shape for t in network.tables))
+    variables = _variables(network)
+    label = {v: i for i, v in enumerate(variables)}
+    sizes = network.sizes()
     return search_tree(
-        prepare_terms(equation),
-        equation.output,
-        equation.sizes,
+        [tuple(label[v] for v in term) for term in network.terms],
+        (),
+        [sizes[v] for v in variables],
         itemsize,
         limit,
         semiring=semiring,
@@ -486,24 +511,66 @@ def _search(
         patience=search.patience,
         search_seconds=search.seconds,
         profile=profile,
-        given=equation.terms,
     )
 
 
-def _renumbered(found: Found, variant: Network, merged: Network, path) -> Found:
-    """``found`` for the tables of ``merged``: its path, its sliced indices renumbered.
+def _variables(network: Network) -> list:
+    """The network's variables in the order `_search` numbers them."""
+    return sorted({v for term in network.terms for v in term})
 
-    Indices are numbered as ``build_equation`` numbers the labels it is
-    given, in order of first appearance: the planner gets the tree's sliced
-    indices as its own (the seeds of its chunk sizing) and the tree's path
-    over the merged tables.
+
+def _equation(network: Network) -> Equation:
+    """The network's tables as ``einslice.plan`` numbers them (cached there)."""
+    spec = (tuple(tuple(term) for term in network.terms), ())
+    return build_equation(spec, tuple(t.shape for t in network.tables))
+
+
+def _quick_walk(
+    network: Network, semiring: str, memory_limit: int | str | None, dtype: np.dtype
+) -> tuple[Network, HostWalk] | None:
+    """The greedy tree's host walk, when neither a search nor a plan can pay.
+
+    A one-shot value (log Z, the MAP value) of a small network takes less to
+    walk in numpy along cotengra's greedy order than a search's least cost
+    (one trial, `cheap`), than compiling (`pays_on_host`'s rule), and than
+    making a plan: Promedus_24's 103 steps walk in ~1.5 ms, where laying out
+    and costing them took ~4 ms and pgmpy's whole query ~8 ms. Tables the
+    tree multiplies before summing anything are merged first (fewer steps).
+    The walk is taken when its memory bound fits the limit and its
+    estimated time is below both; else None (the search and the planner
+    decide). Returns the merged network and its walk.
     """
+    limit = (
+        default_memory_limit()
+        if memory_limit is None
+        else parse_memory_limit(memory_limit)
+    )
+    equation = _equation(network)
+    terms = prepare_terms(equation)
+    path = greedy_path(terms, equation.output, equation.sizes)
+    groups, path = tree_groups(network.terms, network.sizes(), path)
+    if len(groups) < len(network.tables):
+        network = merge(network, groups)
+        equation = _equation(network)
+    walk = host_walk(equation, tuple(map(tuple, path)), semiring, dtype.name)
+    fits = walk.peak_bytes <= limit
+    searching_pays = not cheap(host_seconds(walk), len(terms))
+    if fits and pays_on_host(walk) and not searching_pays:
+        return network, walk
+    return None
 
-    def numbering(network: Network) -> list:
-        return list(dict.fromkeys(v for term in network.terms for v in term))
 
-    before = numbering(variant)
-    after = {v: k for k, v in enumerate(numbering(merged))}
+def _for_planner(found: Found, variant: Network, merged: Network, path) -> Found:
+    """``found``, searched on ``variant``, for the planner on ``merged``'s tables.
+
+    Its path over the merged tables, and its sliced indices numbered as
+    ``build_equation`` numbers the labels the planner is given (in order of
+    first appearance): the planner gets them as the seeds of its chunk sizing.
+    """
+    before = _variables(variant)
+    after = {
+        v: k for k, v in enumerate(dict.fromkeys(v for t in merged.terms for v in t))
+    }
     sliced = tuple(after[before[i]] for i in found.sliced)
     return replace(found, path=tuple(map(tuple, path)), sliced=sliced)
 
@@ -527,7 +594,7 @@ def _check_dtype(dtype: jax.typing.DTypeLike) -> np.dtype:
 
 def _log_partition(prepared: _Prepared) -> float:
     network = prepared.network
-    if prepared.plan is None:
+    if prepared.trivial:
         return network.offset
     return network.offset + prepared.value()
 
