@@ -160,7 +160,7 @@ def einslice_row(kind, network, limit: int) -> tuple[dict, object]:
         once = _infer._prepare(
             network, None, "log", limit, "auto", "float32", value_only=True
         )
-        if once.plan is not None:
+        if not once.trivial:
             once_value = once.value()
             query = {"query_s": time.perf_counter() - t, "on_host": once.on_host}
         _forget_plans()  # the compiled path below searches afresh
@@ -205,10 +205,10 @@ def einslice_row(kind, network, limit: int) -> tuple[dict, object]:
 def _forget_plans() -> None:
     """Empty einslice's tree and plan caches, in memory and on disk."""
     from einslice import _api
-    from einslice._plan import _planner, _search
+    from einslice._plan import _cost, _equation, _order, _planner, _search
 
     os.environ["EINSLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="einslice-networks-")
-    for module in (_api, _planner, _search):
+    for module in (_api, _planner, _search, _order, _cost, _equation):
         for name in dir(module):
             clear = getattr(getattr(module, name), "cache_clear", None)
             if clear is not None:
