@@ -399,7 +399,12 @@ def _search(
     *,
     search_seconds,
 ) -> tuple[Found, bool]:
-    """Run the hyper-optimizer; also say whether it finished before the deadline."""
+    """Run the hyper-optimizer; also say whether it finished before the deadline.
+
+    The arguments are `search_tree`'s cache key; ``given`` serves only the
+    quick tree tried before (`_cached`), the trials score prepared terms.
+    """
+    del given
     elimination.register()
     kahypar.register()
     objective = _objective(
