@@ -9,9 +9,12 @@ the faster road; `pays_on_host` says when, from the plan alone.
 
 What it runs is the plan's own: the same pairwise steps, the same sliced
 indices and chunk sizes (looped in Python: numpy needs no traced loop), the
-same semiring rules ("log" shifts each side of a product by its max over
-the contracted axes, as ``_semiring.log_dot`` does). Results are numpy arrays
-in the plan's dtype; no derivatives (those need JAX).
+same semiring rules. A "log" chunk runs in scaled linear form (one scalar
+shift per node, one ``np.einsum`` per small step) when no product can
+underflow, else by the per-step rule that shifts each side of a product by
+its max over the contracted axes, as ``_semiring.log_dot`` does. It also
+runs a `HostWalk`, the unplanned steps of a small network. Results are numpy
+arrays in the plan's dtype; no derivatives (those need JAX).
 
 Example:
     >>> import einslice, numpy as np
@@ -215,12 +218,9 @@ _LETTERS = string.ascii_letters  # np.einsum's labels
 
 def _to_scaled(x: np.ndarray, term, kept, single: bool) -> _Scaled | None:
     """An operand as (m, s, floor), its diagonal taken and private sums done."""
-    zero = (np.zeros(x.shape), 0.0, 1.0)
-    if not x.size:
-        return _prepare(_SUM, zero[0], term, kept), 0.0, 1.0
-    top = float(x.max())
-    if top == -math.inf:  # probability zero
-        return _prepare(_SUM, zero[0], term, kept), 0.0, 1.0
+    top = float(x.max()) if x.size else -math.inf
+    if top == -math.inf:  # empty, or probability zero
+        return _prepare(_SUM, np.zeros(x.shape), term, kept), 0.0, 1.0
     if not math.isfinite(top):  # +inf or NaN: the per-step rule decides
         return None
     low = float(np.min(x, where=x != -np.inf, initial=top))
@@ -245,14 +245,9 @@ def _scaled_step(
         raise _Underflow
     if floor < FLOAT32_FLOOR:  # (float32 with float64 gives float64)
         a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
-    labels = {i: k for k, i in enumerate(dict.fromkeys(left_term + right_term))}
-    if a.size * b.size <= EINSUM_MAX_ENTRIES and len(labels) <= len(_LETTERS):
-        # (the sides' sizes bound the union's entries)
-        def letters(term) -> str:
-            return "".join(_LETTERS[labels[i]] for i in term)
-
-        spec = f"{letters(left_term)},{letters(right_term)}->{letters(step.result)}"
-        product = np.einsum(spec, a, b)
+    small = a.size * b.size <= EINSUM_MAX_ENTRIES  # (bounds the union's entries)
+    if small and len(set(left_term + right_term)) <= len(_LETTERS):
+        product = _einsum_pair(step, a, left_term, b, right_term)
     else:
         product = _step(_SUM, step, a, left_term, b, right_term)
     top = float(product.max()) if product.size else 0.0
@@ -263,6 +258,19 @@ def _scaled_step(
     if floor < TIGHTEN_BELOW:
         floor = float(np.min(product, where=product > 0, initial=1.0))
     return product, shift_a + shift_b + math.log(top), floor
+
+
+def _einsum_pair(step: Step, a, left_term, b, right_term) -> np.ndarray:
+    """A small "sum" step in one ``np.einsum`` call (any layout)."""
+    labels = {
+        i: _LETTERS[k] for k, i in enumerate(dict.fromkeys(left_term + right_term))
+    }
+
+    def letters(term) -> str:
+        return "".join(labels[i] for i in term)
+
+    spec = f"{letters(left_term)},{letters(right_term)}->{letters(step.result)}"
+    return np.einsum(spec, a, b)
 
 
 def _prepare(ring: Semiring, x: np.ndarray, term, kept) -> np.ndarray:

@@ -7,11 +7,12 @@ pass, both planned under the memory limit); the MAP value is the same contractio
 in the ``"max"`` semiring, and a MAP state comes from its gradient. The network is
 first simplified exactly in numpy (see ``_network.py``).
 
-log Z and the MAP value need the plan run once: a plan whose numpy walk is
-estimated to beat XLA's compilation of it (``_exec/_host.pays_on_host``; small
-models, whose hundreds of tiny steps compile in seconds and run in
-milliseconds) runs on the host, uncompiled. Marginals and MAP states need
-derivatives and always run the compiled plan.
+log Z and the MAP value need the contraction run once: a small network's
+greedy tree is walked in numpy unplanned (`_quick_walk`), and a plan whose
+numpy walk is estimated to beat XLA's compilation of it
+(``_exec/_host.pays_on_host``; small models, whose hundreds of tiny steps
+compile in seconds and run in milliseconds) runs on the host, uncompiled.
+Marginals and MAP states need derivatives and always run the compiled plan.
 """
 
 from __future__ import annotations
@@ -122,7 +123,8 @@ class _Prepared:
     def value(self) -> float:
         """The contraction's value, once: on the host when that beats compiling.
 
-        log Z and the MAP value run the plan a single time, so a plan whose
+        A `HostWalk` always runs on the host. log Z and the MAP value run the
+        plan a single time, so a plan whose
         numpy walk is estimated to cost less than XLA's compilation of it
         (`pays_on_host`: small graphical models, whose hundreds of tiny steps
         compile in seconds and run in milliseconds) is not compiled.
@@ -352,9 +354,10 @@ def _prepare(
         # A plan walked on the host is planned for the host's profile; asking
         # JAX for the device would start its backend (~6 ms, as long as
         # pgmpy's whole query of Promedus_24). Only a plan that compiles is
-        # planned again, for the device (the same profile on a CPU).
-        prepared = plan_for(host_profile())
-        if prepared.on_host or prepared.plan is None:
+        # planned again, for the device, unless that is the host itself.
+        host = host_profile()
+        prepared = plan_for(host)
+        if prepared.on_host or current_profile() == host:
             return prepared
     return plan_for(current_profile())
 
