@@ -41,3 +41,76 @@ def _private_cache_dir(tmp_path, monkeypatch):
     or writes into the user's cache.
     """
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path / "einslice-cache"))
+
+
+# Tests of more than a few seconds each on 2 cores (pytest --durations, summed
+# over parameters): the README's command skips them (`-m "not slow"`), .ci/run
+# runs them. Listed here, by test function, rather than decorated one by one,
+# so that the whole split is visible in one place; a new slow test may also
+# carry `@pytest.mark.slow` itself.
+SLOW_TESTS = {
+    "tests/cli/test_cli.py": {
+        "test_bench_suite_on_tiny_shapes",
+        "test_bench_writes_table_csv_and_plot",
+    },
+    "tests/exec/test_host.py": {"test_sliced_plans_loop_over_their_chunks"},
+    "tests/exec/test_shard.py": {  # each module fixture runs a 4-device process
+        "test_four_simulated_devices",
+        "test_split_operands_used_in_place",
+    },
+    "tests/pgm/test_infer.py": {"test_grids_15_map_value_fits_256mb_and_bounds_log_z"},
+    "tests/test_conformance.py": {
+        "test_grad_matches_jnp",
+        "test_out_sharding_on_two_devices",
+    },
+    "tests/test_gradients.py": {
+        "test_log_check_grads",
+        "test_log_grad_matches_materialized_reference",
+        "test_log_grad_matches_materialized_reference_when_sliced",
+        "test_log_grad_has_no_nan_with_neg_inf_entries_and_rows",
+        "test_output_only_operand_multiplied_after_the_loop",
+        "test_sum_check_grads",
+        "test_sum_check_grads_to_second_order",
+        "test_sum_grad_matches_materialized_reference",
+        "test_sum_hessian_matches_jnp",
+        "test_sum_jvp_and_vjp_match_jnp",
+    },
+    "tests/test_memory.py": {
+        "test_compiled_temporaries_within_the_limit",
+        "test_seed_formula_n128_under_other_limits",
+        "test_seed_formula_n256_log_semiring_fits_16MB",
+    },
+    "tests/test_regressions.py": {"test_equation"},
+    "tests/test_semirings.py": {
+        "test_log_float64_is_accurate",
+        "test_log_matches_logsumexp",
+        "test_log_matches_logsumexp_when_sliced",
+        "test_log_of_all_neg_inf_is_neg_inf",
+        "test_log_scaled_form_alone_matches_logsumexp",
+    },
+    "tests/test_transforms.py": {
+        "test_grad",
+        "test_grad_matches_jnp_on_random_equations",
+        "test_grad_matches_jnp_when_sliced",
+    },
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        name = getattr(item, "originalname", item.name)
+        if name in SLOW_TESTS.get(path, ()):
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _drop_compiled_programs():
+    """Free each module's compiled programs once it is done.
+
+    JAX keeps every compiled executable for the life of the process; over the
+    whole suite that held 4.2 GB. Modules rarely share a program, so dropping
+    them after each costs little compile time and bounds the peak.
+    """
+    yield
+    jax.clear_caches()

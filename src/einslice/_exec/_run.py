@@ -8,16 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cache, lru_cache
-from typing import cast
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import core, lax
-from jax._src.lax import lax as lax_internal  # jnp.einsum's own weak cast
 
 from .._errors import EinsliceError
 from .._plan._types import Plan
+from ._compat import as_weak, supported_options
 from ._hoist import contract_hoisted
 from ._jvp import contract
 from ._plain import plain_einsum
@@ -77,7 +76,9 @@ def compile_options(p: Plan) -> dict[str, object] | None:
     """The XLA compiler options ``p``'s program gets (None: XLA's defaults).
 
     ``CHEAP_COMPILE`` for a plan ``cheap_to_run``, ``LARGE_COMPILE`` for one of
-    ``LARGE_MIN_STEPS`` steps or more; XLA:CPU's flags only on a CPU backend.
+    ``LARGE_MIN_STEPS`` steps or more; XLA:CPU's flags only on a CPU backend,
+    and only the options this JAX's XLA knows (``_compat.supported_options``:
+    JAX 0.12 has no fusion-emitter switch).
 
     Example:
         >>> import einslice
@@ -92,7 +93,7 @@ def compile_options(p: Plan) -> dict[str, object] | None:
         return None
     if jax.default_backend() != "cpu":
         options = {k: v for k, v in options.items() if k not in _CPU_ONLY}
-    return options or None
+    return supported_options(options) or None
 
 
 def _run_impl(p: Plan, config: Config, *operands) -> jax.Array:
@@ -109,7 +110,7 @@ def _run_impl(p: Plan, config: Config, *operands) -> jax.Array:
             out = contract_hoisted(
                 p, place(p, arrays), lambda plan, ops: contract(plan, config, *ops)
             )
-    return _as_weak(out) if weak else out
+    return as_weak(out) if weak else out
 
 
 _run = jax.jit(_run_impl, static_argnums=(0, 1), inline=True)
@@ -128,19 +129,6 @@ def _top_level_run(p: Plan):
     """The jitted runner for ``p`` outside any trace, chosen once per plan."""
     options = compile_options(p)
     return _run if options is None else _run_with(tuple(sorted(options.items())))
-
-
-def _as_weak(x: jax.Array) -> jax.Array:
-    """``x``, weakly typed: a sliced plan's scan accumulates in a strong array.
-
-    JAX has no public way to mark an array weak; jnp.einsum itself ends with
-    this private cast (``_convert_element_type(out, dtype, weak_type)``), so
-    einslice does the same, and the conformance tests notice if it goes away.
-    """
-    if jax.typeof(x).weak_type:
-        return x
-    weak = lax_internal._convert_element_type(x, x.dtype, weak_type=True)
-    return cast("jax.Array", weak)
 
 
 def _weak_result(operands) -> bool:
