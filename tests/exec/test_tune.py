@@ -190,7 +190,7 @@ def test_wisdom_of_other_versions_is_ignored_with_a_warning(tmp_path):
 
 
 def test_calibrate_stores_a_profile_that_later_plans_use():
-    profile = einslice.calibrate(size=64)
+    profile = einslice.calibrate(size=64, seconds=1e-3)
     assert profile.device_kind == _calibrate.device_kind()
     assert profile.matmul_flops > 0 and profile.loop_seconds > 0
     assert _calibrate.current_profile() == profile
