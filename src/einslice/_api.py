@@ -16,7 +16,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from ._errors import EinsliceError, EinsliceNotImplementedError, EinsliceTypeError
 from ._exec import _semiring, _tune
-from ._exec._calibrate import current_profile
+from ._exec._calibrate import current_profile, platform
 from ._exec._run import _run, execute_plan
 from ._exec._semiring import Config
 from ._exec._shard import Target, in_place
@@ -97,8 +97,9 @@ def einsum(
             the fastest within the limit, remember it as wisdom; later calls
             of the same signature use the wisdom instead of measuring) or
             ``"auto"`` (remembered wisdom, else measure when that is
-            estimated to cost at most 10% of one call, else estimate). One
-            device only.
+            estimated to cost at most 10% of one call, on a GPU when one
+            call is estimated at 1 ms or more; else estimate). One device
+            only.
         profile: the device profile to plan for; default the calibrated one
             (``einslice.calibrate()``) or the platform's built-in one.
 
@@ -451,6 +452,7 @@ def _tuned(
         candidates,
         lambda plan, ops: _run(plan, config, *ops),
         lambda: _tune.signature(p, key, profile.device_kind, config.precision),
+        platform(),
     )
 
 

@@ -57,7 +57,8 @@ def device_kind() -> str:
 
 
 @cache
-def _platform() -> str:
+def platform() -> str:
+    """The first device's JAX platform, e.g. ``'cpu'`` or ``'gpu'``."""
     return jax.devices()[0].platform
 
 
@@ -73,7 +74,7 @@ def current_profile() -> Profile:
     Else the built-in default for its platform. A stored file that cannot be
     read, or that describes another device kind, is ignored with a warning.
     """
-    return _load(cache_dir(), device_kind(), _platform())
+    return _load(cache_dir(), device_kind(), platform())
 
 
 def host_profile() -> Profile:
