@@ -93,7 +93,7 @@ def main():
         budget=10.0,
         deadline=start + args.total_seconds,
     )
-    matmul = dict.fromkeys(names, default_gflops)
+    matmul: dict[str, float | None] = dict.fromkeys(names, default_gflops)
     matmul["einslice[highest]"] = highest_gflops
     matmul[f"einslice[{X3}]"] = x3_gflops
     x3_line = "" if x3_gflops is None else f", {x3_gflops:.0f} GFLOP/s at {X3}"
@@ -154,16 +154,17 @@ def _accuracy(methods):
     from einslice.bench import _suite
 
     formula = _suite.seed_formula(ACCURACY_N)
+    subscripts = str(formula.subscripts)
     operands = _suite.make_operands(formula)
     exact = np.einsum(
-        formula.subscripts, *[x.astype(np.float64) for x in operands], optimize=True
+        subscripts, *[x.astype(np.float64) for x in operands], optimize=True
     )
     rows = [f"| method | precision= | rel. error vs float64 (n={ACCURACY_N}) |",
             "|---|---|---|"]  # fmt: skip
     for method in methods:
         precision = PRECISIONS[method]
         run = jax.jit(lambda *x, p=precision: einslice.einsum(
-            formula.subscripts, *x, precision=p))  # fmt: skip
+            subscripts, *x, precision=p))  # fmt: skip
         try:
             got = np.asarray(run(*operands), np.float64)
             error = np.linalg.norm(got - exact) / np.linalg.norm(exact)
