@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache, partial
 from typing import cast
 
@@ -15,7 +16,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from ._errors import EinsliceError, EinsliceNotImplementedError, EinsliceTypeError
 from ._exec import _semiring, _tune
-from ._exec._calibrate import current_profile
+from ._exec._calibrate import current_profile, platform
 from ._exec._run import _run, execute_plan
 from ._exec._semiring import Config
 from ._exec._shard import Target, in_place
@@ -75,7 +76,10 @@ def einsum(
             explicit path, an ``einslice.TreeSearch(seed=..., trials=...,
             seconds=...)`` for the tree search with those settings, or a path
             optimizer object such as ``cotengra.HyperOptimizer()``.
-        precision: passed to every ``lax.dot_general``.
+        precision: passed to every ``lax.dot_general`` (as in jnp: None,
+            ``"highest"``, a ``lax.Precision``, a ``lax.DotAlgorithmPreset``
+            such as ``TF32_TF32_F32_X3``, ...); plans are costed at the
+            profile's matrix-multiply rate for it (``docs/precision.md``).
         preferred_element_type: accumulation and result dtype, as in jnp.
         semiring: ``"sum"``; ``"log"`` (operands are logs: log Σ exp Σ);
             ``"max"`` (max-plus: max Σ).
@@ -93,8 +97,9 @@ def einsum(
             the fastest within the limit, remember it as wisdom; later calls
             of the same signature use the wisdom instead of measuring) or
             ``"auto"`` (remembered wisdom, else measure when that is
-            estimated to cost at most 10% of one call, else estimate). One
-            device only.
+            estimated to cost at most 10% of one call, on a GPU when one
+            call is estimated at 1 ms or more; else estimate). One device
+            only.
         profile: the device profile to plan for; default the calibrated one
             (``einslice.calibrate()``) or the platform's built-in one.
 
@@ -177,6 +182,7 @@ def plan(
     mesh_axis: str | None = None,
     tune: str = "estimate",
     profile: Profile | None = None,
+    precision=None,
 ) -> Plan:
     """Plan an einsum without running it; call the plan to run it.
 
@@ -194,6 +200,9 @@ def plan(
         tune: as for ``einsum`` (default "estimate"); measuring runs the
             candidates on ones of the given shapes when no arrays are given.
         profile: as for ``einsum``.
+        precision: as for ``einsum``: the time is estimated at the profile's
+            matrix-multiply rate for it, and calling the plan without a
+            precision runs with it.
 
     Returns:
         A Plan: ``.path``, ``.sliced``, ``.flops``, ``.naive_flops``,
@@ -222,6 +231,7 @@ def plan(
         target,
         tune=tune,
         profile=profile,
+        precision=precision,
     )
 
 
@@ -406,12 +416,20 @@ def _plan(
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
     tune = _tune.check_tune(tune)
     profile = current_profile() if profile is None else profile
+    profile = profile.for_precision(_effective_precision(precision))
     p = planner(
         equation, itemsize, dtype.name, limit, key, semiring, placement, profile=profile
     )
     if placement.single and planner is make_plan:
         p = _tuned(p, arrays, tune, key, profile, Config(precision, pet))
-    return p
+    return replace(p, precision=precision, profile=profile)
+
+
+def _effective_precision(precision):
+    """``precision``, or JAX's default matmul precision when it is None."""
+    if precision is None:
+        return getattr(jax.config, "jax_default_matmul_precision", None)
+    return precision
 
 
 def _tuned(
@@ -434,6 +452,7 @@ def _tuned(
         candidates,
         lambda plan, ops: _run(plan, config, *ops),
         lambda: _tune.signature(p, key, profile.device_kind, config.precision),
+        platform(),
     )
 
 

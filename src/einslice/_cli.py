@@ -95,6 +95,13 @@ def _build_parser() -> tuple[_Parser, dict]:
     explain.add_argument(
         "--optimize", default="auto", help="auto, greedy, optimal, dp (default auto)"
     )
+    explain.add_argument(
+        "--precision",
+        default=None,
+        type=_precision,
+        help="the precision= to estimate the time for: default, high, highest, or "
+        "a lax.DotAlgorithmPreset name such as TF32_TF32_F32_X3",
+    )
     commands["explain"] = lambda args, argv: _run_explain(args, explain)
 
     try:  # written separately; imported by name so a missing module is not fatal
@@ -283,6 +290,21 @@ def _memory_limit(text: str) -> str:
     return text
 
 
+def _precision(text: str) -> str:
+    """A ``precision=`` value JAX accepts as a string (checked, kept as given)."""
+    from jax import lax
+
+    names = ["default", "high", "highest", "float32", "tensorfloat32", "bfloat16"]
+    presets = list(lax.DotAlgorithmPreset.__members__)
+    if text.lower() in names:
+        return text.lower()
+    if text.upper() in presets:
+        return text.upper()
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a precision; use one of {', '.join(names + presets)}"
+    )
+
+
 # -- commands -----------------------------------------------------------------
 
 
@@ -327,6 +349,7 @@ def _run_explain(args: argparse.Namespace, parser: _Parser) -> int:
             memory_limit=args.memory_limit,
             optimize=args.optimize,
             dtype=args.dtype,
+            precision=args.precision,
         )
     except einslice.EinsliceError as e:
         parser.error(str(e))

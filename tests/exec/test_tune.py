@@ -190,7 +190,7 @@ def test_wisdom_of_other_versions_is_ignored_with_a_warning(tmp_path):
 
 
 def test_calibrate_stores_a_profile_that_later_plans_use():
-    profile = einslice.calibrate(size=64)
+    profile = einslice.calibrate(size=64, seconds=1e-3)
     assert profile.device_kind == _calibrate.device_kind()
     assert profile.matmul_flops > 0 and profile.loop_seconds > 0
     assert _calibrate.current_profile() == profile
@@ -354,3 +354,44 @@ def test_measure_measures_a_signature_once_then_uses_its_wisdom(monkeypatch):
     einslice.wisdom.clear()
     einslice.plan(CHAIN, *ops, tune="measure")
     assert len(calls) == 2
+
+
+def test_auto_on_a_gpu_measures_every_call_long_enough_to_time(monkeypatch):
+    # GPU timing is cheap and precise: calls from 1 ms on are measured, with
+    # up to ~10 s of tuning once per signature (the CPU rule, 10% of one
+    # call, would never measure the seed formula's 16 ms there).
+    measured = []
+    monkeypatch.setattr(_tune, "measure", lambda plans, *a: measured.append(plans))
+    ops = _chain_operands(64)
+    sliced = einslice.plan(CHAIN, *ops, memory_limit=40_000)
+
+    def auto(seconds, platform, count=4):
+        best = replace(sliced, cost=replace(sliced.cost, time=seconds))
+        measured.clear()
+        others = [
+            replace(best, cost=replace(best.cost, time=seconds * (2 + k)))
+            for k in range(count)
+        ]
+        _tune.choose(
+            best, "auto", ops, lambda: (best, *others), _unused, lambda: "s", platform
+        )
+        return bool(measured)
+
+    assert auto(2e-3, "gpu") and auto(2e-3, "cuda") and auto(12.0, "gpu")
+    assert not auto(2e-3, "cpu") and not auto(12.0, "cpu")
+    assert not auto(5e-4, "gpu")  # below 1 ms: launch noise, estimated
+    # ~20 candidates (each compiled and timed, ~0.8 s) exceed the 10 s allowance
+    assert not auto(2e-3, "gpu", count=20)
+
+
+def test_einsum_tells_the_tuner_its_platform(monkeypatch):
+    seen = []
+
+    def choose(best, tune, arrays, candidates, run, signature, platform="cpu"):
+        seen.append(platform)
+        return best
+
+    monkeypatch.setattr(_tune, "choose", choose)
+    monkeypatch.setattr(einslice._api, "platform", lambda: "gpu")
+    einslice.einsum(CHAIN, *_chain_operands(8), tune="auto")
+    assert seen == ["gpu"]

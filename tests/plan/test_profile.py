@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
@@ -129,3 +130,62 @@ def test_plain_lowerings_only_for_unsliced_sum_plans_on_one_device():
     assert [p.lowering for p in with_plain_lowerings(spread, 1)] == ["einslice"]
     log = rank_plans(eq, 4, "float32", 2**20, "auto", "log", count=1)
     assert [p.lowering for p in with_plain_lowerings(log, 1)] == ["einslice"]
+
+
+class _Named:
+    """Stands for a lax.Precision or lax.DotAlgorithmPreset (they have names)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def test_a_rate_per_precision_with_the_default_for_the_unmeasured():
+    rate = GPU_DEFAULT.matmul_rate
+    assert rate(None) == rate("default") == rate("fastest") == 3.5e14
+    assert rate("highest") == rate("float32") == rate(_Named("HIGHEST")) == 5e13
+    assert rate("TF32_TF32_F32_X3") == rate(_Named("TF32_TF32_F32_X3")) == 1.2e14
+    assert rate(_Named("DEFAULT")) == 3.5e14  # DotAlgorithmPreset.DEFAULT
+    # one precision per operand: the slower one's rate
+    assert rate(("default", "highest")) == rate(["highest", "highest"]) == 5e13
+    # never measured: the default precision's rate
+    assert rate("high") == rate("F16_F16_F32") == rate(object()) == 3.5e14
+    assert CPU_DEFAULT.matmul_rate("highest") == CPU_DEFAULT.matmul_flops
+
+
+def test_for_precision_sets_the_rate_plans_are_costed_with():
+    highest = GPU_DEFAULT.for_precision("highest")
+    assert (highest.precision, highest.matmul_flops) == ("highest", 5e13)
+    assert highest.matmul_rate(None) == 3.5e14  # the default's rate is kept
+    assert highest.for_precision(None) == GPU_DEFAULT
+    assert GPU_DEFAULT.for_precision("bfloat16") is GPU_DEFAULT
+    assert hash(highest) != hash(GPU_DEFAULT)  # another plan-cache key
+    assert Profile.from_json(highest.to_json()) == highest
+    # A profile without rates costs every precision at its one rate.
+    assert CPU_DEFAULT.for_precision("highest").matmul_flops == 3e11
+
+
+def test_a_stored_profile_from_before_the_rates_still_loads():
+    data = json.loads(CPU_DEFAULT.to_json())
+    for added in ("peak_preference", "matmul_rates", "precision"):
+        del data[added]
+    assert Profile.from_json(json.dumps(data)) == CPU_DEFAULT
+    for bad in ({"highest": "fast"}, [1e12], {"highest": -1.0}):
+        text = json.dumps({**data, "matmul_rates": bad})
+        with pytest.raises(ValueError, match="matmul_rates"):
+            Profile.from_json(text)
+
+
+def test_a_plan_for_highest_is_costed_at_the_highest_rate():
+    eq = _equation("ij,jk->ik", 4096)
+    args = (eq, 4, "float32", 2**30, "auto", "sum")
+    default = make_plan(*args, profile=GPU_DEFAULT)
+    highest = make_plan(*args, profile=GPU_DEFAULT.for_precision("highest"))
+    x3 = make_plan(*args, profile=GPU_DEFAULT.for_precision("TF32_TF32_F32_X3"))
+    flops = 2 * 4096**3
+    assert default.cost.time == pytest.approx(flops / 3.5e14, rel=0.2)
+    assert highest.cost.time == pytest.approx(flops / 5e13, rel=0.05)
+    assert x3.cost.time == pytest.approx(flops / 1.2e14, rel=0.1)
+    # On the CPU profile every precision is costed alike (one rate).
+    cpu = make_plan(*args, profile=CPU_DEFAULT)
+    cpu_highest = make_plan(*args, profile=CPU_DEFAULT.for_precision("highest"))
+    assert cpu_highest.cost == cpu.cost and cpu_highest.path == cpu.path

@@ -1,9 +1,11 @@
 """Measure this device's ``Profile`` with a few micro-benchmarks, and remember it.
 
-``calibrate()`` times a large matrix multiply (FLOP/s), a streaming copy at
-three working-set sizes (per-core cache, shared cache, DRAM bandwidth), a
-transposing copy, an empty ``lax.scan`` iteration and a chain of tiny kernels
-inside one (launch cost); the figures it cannot measure quickly (cache sizes,
+``calibrate()`` times a large matrix multiply per precision (FLOP/s), a
+streaming copy at three working-set sizes (per-core cache, shared cache, DRAM
+bandwidth), a transposing copy, an empty loop iteration and a chain of tiny
+kernels inside one (launch cost). Each grows its problem until one timed call
+lasts ``TARGET_SECONDS`` (``grow``), so that one function measures a small CPU
+and a large GPU alike; the figures it cannot measure quickly (cache sizes,
 small-product penalties, fresh-page cost) come from the platform's built-in
 profile. It stores the result in the cache directory; ``current_profile()``
 prefers that file, for this device kind, to the built-in default.
@@ -11,13 +13,15 @@ prefers that file, for this device kind, to the built-in default.
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
-from statistics import median
 
 import jax
 import jax.numpy as jnp
@@ -25,6 +29,25 @@ from jax import lax
 
 from .._plan._cachedir import cache_dir
 from .._plan._profile import Profile, built_in
+
+# One timed call of each micro-benchmark lasts at least this long: longer
+# than timer resolution, launch latency and the noise of a shared machine.
+TARGET_SECONDS = 0.01
+# The precisions whose matrix-multiply rate is measured: JAX's three, and the
+# lax.DotAlgorithmPreset s that take float32 operands (those the backend
+# rejects are skipped: on a CPU the TF32 ones, on most GPUs none).
+PRECISIONS = ("default", "high", "highest")
+PRESETS = (
+    "F32_F32_F32",
+    "TF32_TF32_F32",
+    "TF32_TF32_F32_X3",
+    "BF16_BF16_F32",
+    "BF16_BF16_F32_X3",
+    "BF16_BF16_F32_X6",
+    "BF16_BF16_F32_X9",
+)
+# The largest matrix-multiply side timed (three 1 GB float32 matrices).
+_LARGEST_SIDE = 16384
 
 
 @cache
@@ -34,7 +57,8 @@ def device_kind() -> str:
 
 
 @cache
-def _platform() -> str:
+def platform() -> str:
+    """The first device's JAX platform, e.g. ``'cpu'`` or ``'gpu'``."""
     return jax.devices()[0].platform
 
 
@@ -50,7 +74,7 @@ def current_profile() -> Profile:
     Else the built-in default for its platform. A stored file that cannot be
     read, or that describes another device kind, is ignored with a warning.
     """
-    return _load(cache_dir(), device_kind(), _platform())
+    return _load(cache_dir(), device_kind(), platform())
 
 
 def host_profile() -> Profile:
@@ -94,39 +118,55 @@ def _load(directory: Path, kind: str, platform: str) -> Profile:
     return stored
 
 
-def calibrate(save: bool = True, size: int = 1024) -> Profile:
+def calibrate(
+    save: bool = True, size: int = 256, seconds: float = TARGET_SECONDS
+) -> Profile:
     """Measure this device's speeds (about 10 s on a small CPU) and keep them.
+
+    Each micro-benchmark grows its problem until one timed call lasts
+    ``seconds`` (within the device's memory): a matrix multiply per
+    precision the device accepts (default, HIGH, HIGHEST and the float32
+    ``lax.DotAlgorithmPreset`` s, kept in ``Profile.matmul_rates``), a
+    streaming copy of a per-core-cache, a shared-cache and a DRAM-sized
+    buffer (8 times the last-level cache), a transposing copy of a
+    DRAM-sized matrix, and scans of tiny products (loop and launch costs).
 
     Args:
         save: store the profile in ``einslice``'s cache directory
             (``$EINSLICE_CACHE_DIR`` or ``$XDG_CACHE_HOME/einslice``), where
             later plans on this device kind find it.
-        size: side of the timed matrix multiply; the other benchmarks scale
-            with it (smaller is quicker and noisier).
+        size: the side the timed matrix multiply starts from.
+        seconds: how long one timed call of each benchmark lasts at least
+            (shorter is quicker and noisier).
 
     Returns:
         The measured Profile.
 
     Example:
         >>> import einslice
-        >>> einslice.calibrate(save=False, size=64).matmul_flops > 0
+        >>> profile = einslice.calibrate(save=False, size=64, seconds=1e-4)
+        >>> profile.matmul_rate("highest") > 0
         True
     """
     device = jax.devices()[0]
     base = built_in(device.platform)
     kind = str(device.device_kind)
-    rate = _matmul_rate(size)
-    loop, launch = _loop_and_launch_seconds(4 * size)
+    budget = _memory_budget(device)
+    rates = _matmul_rates(size, seconds, budget)
+    loop, launch = _loop_and_launch_seconds(seconds)
+    large = min(8 * base.last_level_cache_bytes, budget // 4)
     profile = replace(
         base,
         device_kind=kind,
-        matmul_flops=rate,
-        cache_bandwidth=_stream_bandwidth(base.cache_bytes // 2, 64, loop),
+        matmul_flops=rates["default"],
+        matmul_rates=tuple(sorted(rates.items())),
+        precision="default",
+        cache_bandwidth=_stream_bandwidth(base.cache_bytes // 2, seconds, loop),
         shared_cache_bandwidth=_stream_bandwidth(
-            (base.cache_bytes + base.shared_cache_bytes) // 2, 16, loop
+            (base.cache_bytes + base.shared_cache_bytes) // 2, seconds, loop
         ),
-        dram_bandwidth=_stream_bandwidth(4 * base.last_level_cache_bytes, 2, loop),
-        transpose_bandwidth=_transpose_bandwidth(2 * size),
+        dram_bandwidth=_dram_bandwidth(large, budget, seconds),
+        transpose_bandwidth=_transpose_bandwidth(base.cache_bytes, seconds),
         loop_seconds=loop,
         launch_seconds=launch,
     )
@@ -140,60 +180,245 @@ def calibrate(save: bool = True, size: int = 1024) -> Profile:
     return profile
 
 
-def _seconds(fn, *args, runs: int = 5) -> float:
-    """Median wall time of a compiled call, after one warm-up call."""
+def grow(
+    time_at: Callable[[int], float],
+    start: int,
+    largest: int,
+    exponent: float = 1.0,
+    target: float = TARGET_SECONDS,
+) -> tuple[int, float]:
+    """The first size whose timed call lasts ``target`` seconds, and its time.
+
+    Sizes start at ``start`` and grow by powers of two, as far as the last
+    time says (a call's time taken to grow as size ** ``exponent``: 3 for a
+    matrix multiply's side, 1 for a repeat count), at most 64 times a step;
+    ``largest`` (the memory cap) stops the growth, timed or not.
+
+    Example:
+        >>> grow(lambda n: n / 1e6, start=1, largest=10**6, target=0.01)
+        (16384, 0.016384)
+        >>> grow(lambda n: n / 1e6, start=1, largest=100, target=0.01)
+        (100, 0.0001)
+    """
+    size = max(min(start, largest), 1)
+    while True:
+        seconds = time_at(size)
+        if seconds >= target or size >= largest:
+            return size, seconds
+        wanted = (target / seconds) ** (1 / exponent) if seconds > 0 else 64.0
+        factor = 2
+        while factor < min(wanted, 64.0):
+            factor *= 2
+        size = min(size * factor, largest)
+
+
+def _memory_budget(device) -> int:
+    """Bytes one micro-benchmark may use: a quarter of what is free."""
+    stats = None
+    if device.platform != "cpu":
+        try:
+            stats = device.memory_stats()
+        except Exception:  # some backends have no memory stats
+            stats = None
+    if stats and "bytes_limit" in stats:
+        free = stats["bytes_limit"] - stats.get("bytes_in_use", 0)
+    else:
+        free = _available_ram()
+    return max(free // 4, 2**24)
+
+
+def _available_ram() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+def _seconds(fn, *args, runs: int = 3) -> float:
+    """Best wall time of a compiled call over ``runs``, after a warm-up call."""
     compiled = jax.jit(fn).lower(*args).compile()
     jax.block_until_ready(compiled(*args))
-    times = []
+    best = math.inf
     for _ in range(runs):
         start = time.perf_counter()
         jax.block_until_ready(compiled(*args))
-        times.append(time.perf_counter() - start)
-    return max(median(times), 1e-9)
+        best = min(best, time.perf_counter() - start)
+    return max(best, 1e-9)
 
 
-def _matmul_rate(n: int) -> float:
+def _matmul_rates(start: int, target: float, budget: int) -> dict[str, float]:
+    """FLOP/s of a float32 matrix multiply per precision the device accepts.
+
+    The default precision's side grows until one product lasts ``target``;
+    the others start from that side (none is much faster) and grow on.
+    """
+    largest = largest_side(budget)
+    side = first = min(start, largest)
+    rates: dict[str, float] = {}
+    for name in (*PRECISIONS, *PRESETS):
+        precision = getattr(lax.DotAlgorithmPreset, name, name)
+        if name in PRECISIONS:
+            precision = None if name == "default" else name
+        try:
+            side, seconds = grow(
+                lambda n, p=precision: _matmul_seconds(n, p),
+                side,
+                largest,
+                exponent=3.0,
+                target=target,
+            )
+        except Exception:  # the backend rejects this algorithm
+            continue
+        rates[name] = 2.0 * side**3 / seconds
+        if name == "default":
+            first = side
+    # Timed again last: the first products timed ran measurably slower here
+    # (up to 25% on a CPU; threads and clocks still warming up).
+    again = _matmul_seconds(first, None)
+    rates["default"] = max(rates["default"], 2.0 * first**3 / again)
+    return rates
+
+
+def largest_side(budget: int) -> int:
+    """The largest power-of-two side of three float32 matrices in ``budget`` bytes.
+
+    Example:
+        >>> largest_side(2**30), largest_side(2**40)
+        (8192, 16384)
+    """
+    side = 1 << int(math.log2(max(budget // 12, 1)) / 2)
+    return min(_LARGEST_SIDE, side)
+
+
+def _matmul_seconds(n: int, precision) -> float:
     a = jnp.ones((n, n), jnp.float32)
-    return 2.0 * n**3 / _seconds(jnp.matmul, a, a)
+    return _seconds(lambda x, y: jnp.matmul(x, y, precision=precision), a, a)
 
 
-def _loop_and_launch_seconds(iterations: int) -> tuple[float, float]:
-    """Seconds per scan iteration and per kernel inside one.
+def _repeated_seconds(step, x, target: float) -> tuple[int, float]:
+    """Repeats and seconds of a loop of ``step`` on ``x`` lasting ``target``.
 
-    Times scans whose body slices its input and runs one, then eight,
-    dependent tiny products: the difference is seven kernels' cost, the rest
-    the loop's (at least a tenth of a one-kernel iteration).
+    The repeat count is an argument of one compiled loop, so growing it
+    compiles nothing again.
     """
 
+    def loop(x, count):
+        return lax.fori_loop(0, count, lambda _, c: step(c), x)
+
+    compiled = jax.jit(loop).lower(x, jnp.int32(1)).compile()
+
+    def time_at(count: int) -> float:
+        n = jnp.int32(count)
+        jax.block_until_ready(compiled(x, n))
+        best = math.inf
+        for _ in range(3):
+            begin = time.perf_counter()
+            jax.block_until_ready(compiled(x, n))
+            best = min(best, time.perf_counter() - begin)
+        return best
+
+    return grow(time_at, 1, 2**24, target=target)
+
+
+def _loop_and_launch_seconds(target: float) -> tuple[float, float]:
+    """Seconds per loop iteration and per kernel inside one.
+
+    Times loops whose body runs one, then eight, dependent tiny products: the
+    difference is seven kernels' cost, the rest the loop's (at least a tenth
+    of a one-kernel iteration).
+    """
+    x = jnp.ones((4, 4), jnp.float32) * 0.25
+
     def chain(count: int):
-        def body(c, x):
+        def step(c):
             for _ in range(count):
                 c = c @ x
-            return c, None
+            return c
 
-        return lambda xs: lax.scan(body, xs[0], xs)[0]
+        return step
 
-    xs = jnp.ones((iterations, 4, 4), jnp.float32) * 0.25
-    one = _seconds(chain(1), xs) / iterations
-    many = _seconds(chain(8), xs) / iterations
+    iterations, seconds = _repeated_seconds(chain(1), x, target)
+    one = seconds / iterations
+    iterations, seconds = _repeated_seconds(chain(8), x, target)
+    many = seconds / iterations
     launch = max((many - one) / 7, 0.0)
     return max(one - launch, 0.1 * one), launch
 
 
-def _stream_bandwidth(nbytes: int, repeats: int, loop: float) -> float:
-    """Bytes/s read plus written by a scaled copy of a working set this big."""
+def _stream_bandwidth(nbytes: int, target: float, loop: float) -> float:
+    """Bytes/s read plus written by passes of a scaled copy over a buffer.
+
+    The buffer stays in the cache level it fits across passes of one loop,
+    repeated until the loop lasts ``target``.
+    """
     x = jnp.ones((max(nbytes // 4, 1024),), jnp.float32)
-
-    def stream(x):
-        return lax.scan(lambda c, _: (c * 0.5 + 1.0, None), x, None, length=repeats)[0]
-
-    per_pass = _seconds(stream, x) / repeats - loop
-    return 2.0 * x.nbytes / max(per_pass, 1e-9)
+    repeats, seconds = _repeated_seconds(lambda c: c * 0.5 + 1.0, x, target)
+    per_pass = seconds / repeats - loop
+    return 2.0 * x.nbytes / max(per_pass, 1e-12)
 
 
-def _transpose_bandwidth(n: int) -> float:
+def _in_place_seconds(fn, shape: tuple[int, ...], runs: int = 3) -> float:
+    """Best seconds of ``fn`` on a float32 array, its result in the same buffer.
+
+    The argument is donated, so the result reuses its memory: fresh pages
+    (which the OS faults in and zeroes: ten times slower than DRAM on a CPU)
+    are not what is measured.
+    """
+    step = jax.jit(fn, donate_argnums=0)
+    x = step(jnp.ones(shape, jnp.float32))
+    jax.block_until_ready(x)
+    best = math.inf
+    for _ in range(runs):
+        start = time.perf_counter()
+        x = step(x)
+        jax.block_until_ready(x)
+        best = min(best, time.perf_counter() - start)
+    return max(best, 1e-9)
+
+
+def _dram_bandwidth(nbytes: int, largest: int, target: float) -> float:
+    """Bytes/s read plus written by one scaled copy of a buffer beyond the caches.
+
+    One pass per call, the buffer grown from ``nbytes`` until a call lasts
+    ``target`` (at most ``largest`` bytes): XLA's CPU backend runs a large
+    copy inside a loop ten times slower than one alone.
+    """
+
+    def time_at(entries: int) -> float:
+        return _in_place_seconds(lambda c: c * 0.5 + 1.0, (entries,))
+
+    entries, seconds = grow(time_at, nbytes // 4, max(largest // 4, 1), target=target)
+    return 8.0 * entries / seconds
+
+
+def _transpose_bandwidth(nbytes: int, target: float) -> float:
+    """Bytes/s read plus written by transposing a square matrix of ``nbytes``.
+
+    The transposes einslice runs are of chunk-sized blocks, so the matrix is
+    a cache's size, transposed by back-to-back calls until they last
+    ``target``: on XLA's CPU backend a transpose inside a loop, or of a
+    matrix far beyond the caches, runs over ten times slower than that.
+    """
+    n = max(int(math.sqrt(nbytes / 4)) // 32 * 32, 32)
     x = jnp.ones((n, n), jnp.float32)
-    return 2.0 * x.nbytes / _seconds(lambda x: x.T * 1.0, x)
+    compiled = jax.jit(lambda c: c.T * 1.0).lower(x).compile()
+    jax.block_until_ready(compiled(x))
+
+    def time_at(calls: int) -> float:
+        best = math.inf
+        for _ in range(3):
+            start = time.perf_counter()
+            results = [compiled(x) for _ in range(calls)]
+            jax.block_until_ready(results[-1])
+            best = min(best, time.perf_counter() - start)
+        return best
+
+    calls, seconds = grow(time_at, 1, 4096, target=target)
+    return 2.0 * x.nbytes * calls / seconds
 
 
 def enable_compilation_cache() -> str:

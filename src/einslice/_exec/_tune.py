@@ -18,9 +18,13 @@ candidate ~0.5 s; a long candidate that cannot be probed is left out, and if
 that is the estimate's own choice, "auto" estimates). With five candidates
 that is sliced calls from about 45 s on, tuned in ~4.5 s once per signature;
 shorter calls are estimated (the test suite's thousands of small calls never
-measure); ask for "measure" to tune small calls that repeat. Measuring needs
-concrete operands: under ``jax.jit`` tracing (abstract operands) "measure"
-and "auto" fall back to wisdom, else the estimate.
+measure); ask for "measure" to tune small calls that repeat. On a GPU timing
+is cheap and precise, and the time model has seen one device only (an
+H200), so "auto" measures every call estimated at ``GPU_AUTO_MEASURE_SECONDS``
+(1 ms) or more, spending up to ``GPU_TUNING_SECONDS`` (or 10% of a call if
+more) once per signature. Measuring needs concrete operands: under
+``jax.jit`` tracing (abstract operands) "measure" and "auto" fall back to
+wisdom, else the estimate.
 """
 
 from __future__ import annotations
@@ -49,6 +53,13 @@ TOP_K = 4
 # alone takes about a second), so shorter calls are not even considered.
 _AUTO_SHARE = 0.1
 AUTO_MEASURE_SECONDS = 10.0
+# On a GPU, "auto" measures calls estimated at this long or longer: launch
+# and timer noise (tens of us) are then a few percent of a call. It spends up
+# to GPU_TUNING_SECONDS on it (or _AUTO_SHARE of a call, if more): compiling
+# and timing five candidates takes a few seconds, once per signature.
+GPU_AUTO_MEASURE_SECONDS = 1e-3
+GPU_TUNING_SECONDS = 10.0
+GPU_PLATFORMS = ("gpu", "cuda", "rocm")
 # A guess of one candidate's compile time, for that estimate.
 _COMPILE_SECONDS = 0.3
 # A sliced candidate estimated at _TIMING_BUDGET_SECONDS or more is timed on a
@@ -80,6 +91,7 @@ def choose(
     candidates: Callable[[], tuple[Plan, ...]],
     run: Runner,
     signature: Callable[[], str],
+    platform: str = "cpu",
 ) -> Plan:
     """The plan to run: ``best`` (the estimate), remembered, or measured.
 
@@ -90,10 +102,14 @@ def choose(
         candidates: the ranked candidates (called only when needed).
         run: runs a plan on operands, as ``Plan.__call__`` does.
         signature: makes the wisdom key of this call (called only when needed).
+        platform: the JAX platform the plans run on ("cpu", "gpu", ...):
+            what "auto" deems worth measuring.
     """
     if tune == "estimate":
         return best
-    short = best.cost.time < AUTO_MEASURE_SECONDS
+    gpu = platform in GPU_PLATFORMS
+    shortest = GPU_AUTO_MEASURE_SECONDS if gpu else AUTO_MEASURE_SECONDS
+    short = best.cost.time < shortest
     if tune == "auto" and short and not _wisdom.has_any():
         return best  # the common case, kept cheap: most calls are small
     # Wisdom answers "measure" too (as FFTW's does its planner): a signature
@@ -108,6 +124,8 @@ def choose(
     plans = candidates()
     if tune == "auto":  # measure only if tuning costs under ~10% of one call
         share = _AUTO_SHARE * best.cost.time
+        if gpu:  # or, on a GPU, a few seconds once per signature
+            share = max(share, GPU_TUNING_SECONDS)
         plans = tuple(p for p in plans if _timing_cost(p) < share)
         tuning = sum(_COMPILE_SECONDS + _timing_cost(p) for p in plans)
         if any(_probed(p) for p in plans):

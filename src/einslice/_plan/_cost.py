@@ -40,7 +40,7 @@ from ._types import Cost, Step
 #   than a sliced one with equal FLOPs and traffic.
 # - thin batched products (e.g. ``ijk,ik->ij`` with k a chunk of 2..16) were
 #   measured at ~1.1 ns per result entry plus 0.15 ns per operand entry.
-PEAK_PREFERENCE = 0.06
+PEAK_PREFERENCE = CPU_DEFAULT.peak_preference  # per doubling (see ranking)
 LOG_SCALED_MAX_STEPS = 16  # mirrors _exec/_scaled.MAX_STEPS
 ALIGNMENT = 64
 LOOP_BYTES = 1024
@@ -510,15 +510,16 @@ def ranking(cost: Cost, profile: Profile = CPU_DEFAULT) -> float:
     Intermediates of hundreds of MB are slower than the model says (page
     faults, copies into layouts, allocator pressure: the seed formula's
     unsliced n=512 plan measured 2x its sliced one at equal FLOPs), so above
-    the profile's last-level cache size each doubling of the peak
-    costs 6%. Below it, time alone decides (slicing small problems measured
-    slower).
+    the profile's last-level cache size each doubling of the peak costs
+    ``profile.peak_preference`` (6% on a CPU; none on a GPU, whose allocator
+    reuses device memory). Below it, time alone decides (slicing small
+    problems measured slower).
     """
     # At 64 MB the seed formula at n=1024 took chunks of 4 (76 MB), measured
     # 0.90-0.97x scan_einsum against 0.97-1.04x for chunks of 2 (44 MB).
     start = profile.last_level_cache_bytes
     doublings = log2(max(cost.peak_bytes, start) / start)
-    return cost.time * (1 + PEAK_PREFERENCE * doublings)
+    return cost.time * (1 + profile.peak_preference * doublings)
 
 
 def naive_flops(terms: Sequence[tuple[int, ...]], sizes: Sequence[int]) -> int:

@@ -47,7 +47,41 @@ def _summary(plan: Plan) -> list[str]:
         f"    Memory: predicted peak {format_bytes(plan.peak_bytes)} of "
         f"limit {format_bytes(plan.memory_limit)} (temporary bytes; inputs and "
         "output excluded)",
+        *_estimate(plan),
     ]
+
+
+def _estimate(plan: Plan) -> list[str]:
+    """The estimated time, and the device and precision it was estimated for.
+
+    Example:
+        >>> import einslice
+        >>> gpu = einslice._plan._profile.GPU_DEFAULT
+        >>> p = einslice.plan("ij,jk->ik", (4096, 4096), (4096, 4096),
+        ...                   profile=gpu, precision="highest")
+        >>> print(_estimate(p)[0])
+              Time: estimated 2.8 ms on gpu at precision=highest (matmul 50 TFLOP/s)
+    """
+    profile = plan.profile
+    if profile is None:
+        return []
+    rates = dict(profile.matmul_rates)
+    measured = profile.precision in rates or profile.precision == "default"
+    note = "" if measured else ", the default precision's: none measured for it"
+    return [
+        f"      Time: estimated {_seconds(plan.cost.time)} on "
+        f"{profile.device_kind} at precision={profile.precision} (matmul "
+        f"{profile.matmul_flops / 1e12:.3g} TFLOP/s{note})"
+    ]
+
+
+def _seconds(seconds: float) -> str:
+    """A duration with a unit that keeps three significant digits readable."""
+    if seconds >= 1:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
 
 
 def _slicing(plan: Plan) -> list[str]:

@@ -3,15 +3,17 @@
 Every figure is physical (FLOP/s, bytes/s, bytes, seconds), so a profile can be
 measured (``einslice.calibrate()``) or read off a data sheet. ``CPU_DEFAULT``
 holds the figures einslice's time model was tuned with on a 2-core x86 CPU;
-``GPU_DEFAULT`` is estimated from an H100-class GPU's published figures (not
-measured: no GPU was lent while writing it). Pure Python: no JAX here.
+``GPU_DEFAULT`` those measured on an NVIDIA H200 (its comment says which were
+measured and which assumed). A profile holds a matrix-multiply rate per
+``precision=`` (``matmul_rate``); ``for_precision`` gives the profile a plan
+for that precision is costed with. Pure Python: no JAX here.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +67,74 @@ class Profile:
     log_entry_seconds: float
     # Slicing an output index runs this much slower than a summed one.
     output_slice_penalty: float
+    # Fields added later have defaults, so that stored profiles without them
+    # still load (as the CPU's figures).
+    # Each doubling of a plan's peak above last_level_cache_bytes ranks it
+    # this much slower (see _cost.ranking).
+    peak_preference: float = 0.06
+    # Measured matrix-multiply rates (FLOP/s) by ``precision_key``: e.g.
+    # (("default", 3.5e14), ("highest", 5e13), ...). matmul_flops is the rate
+    # of ``precision``; a precision with no rate here is costed at the
+    # default precision's.
+    matmul_rates: tuple[tuple[str, float], ...] = ()
+    # The precision whose rate matmul_flops is (see for_precision).
+    precision: str = "default"
 
     def __hash__(self) -> int:
-        # Plans are cached on the profile: hash a few fields, not all 19.
-        return hash((self.device_kind, self.matmul_flops, self.loop_seconds))
+        # Plans are cached on the profile: hash a few fields, not all 22.
+        return hash(
+            (self.device_kind, self.matmul_flops, self.loop_seconds, self.precision)
+        )
+
+    def matmul_rate(self, precision: object = None) -> float:
+        """FLOP/s of large float32 products at ``precision`` (as jnp takes it).
+
+        The measured rate of that precision, else the default precision's.
+        Two precisions (one per operand) run at the slower one's rate.
+
+        Example:
+            >>> GPU_DEFAULT.matmul_rate("highest") / 1e12
+            50.0
+            >>> GPU_DEFAULT.matmul_rate(None) == GPU_DEFAULT.matmul_flops
+            True
+            >>> CPU_DEFAULT.matmul_rate("highest") == CPU_DEFAULT.matmul_flops
+            True
+        """
+        key = precision_key(precision)
+        if "," in key:
+            return min(self.matmul_rate(part) for part in key.split(","))
+        if key == self.precision:
+            return self.matmul_flops
+        rates = dict(self.matmul_rates)
+        if key in rates:
+            return rates[key]
+        return rates.get("default", self.matmul_flops)
+
+    def for_precision(self, precision: object) -> Profile:
+        """This profile with ``matmul_flops`` the rate of ``precision``.
+
+        What a plan for that precision is costed with; ``precision`` then
+        names it (``print(plan)`` says so). The profile itself when it is
+        already for that precision.
+
+        Example:
+            >>> highest = GPU_DEFAULT.for_precision("float32")
+            >>> highest.precision, highest.matmul_flops / 1e12
+            ('highest', 50.0)
+            >>> highest.for_precision(None) == GPU_DEFAULT
+            True
+        """
+        key = precision_key(precision)
+        if key == self.precision:
+            return self
+        rates = dict(self.matmul_rates)
+        rates.setdefault(self.precision, self.matmul_flops)
+        return replace(
+            self,
+            matmul_flops=self.matmul_rate(key),
+            precision=key,
+            matmul_rates=tuple(sorted(rates.items())),
+        )
 
     def to_json(self) -> str:
         """The profile as a JSON object (inf written as a string).
@@ -78,6 +144,7 @@ class Profile:
             True
         """
         data = {k: ("inf" if v == math.inf else v) for k, v in asdict(self).items()}
+        data["matmul_rates"] = dict(self.matmul_rates)
         return json.dumps(data, indent=1, sort_keys=True)
 
     @staticmethod
@@ -87,13 +154,17 @@ class Profile:
         if not isinstance(data, dict):
             raise ValueError(f"a profile is a JSON object, not {type(data).__name__}")
         names = {f.name: f for f in fields(Profile)}
-        if set(data) != set(names):
+        required = {n for n, f in names.items() if f.default is MISSING}
+        if not required <= set(data) <= set(names):
             raise ValueError(
                 f"profile fields {sorted(data)!r} differ from {sorted(names)!r}"
             )
         values: dict[str, object] = {}
         for name, value in data.items():
             kind = names[name].type
+            if name == "matmul_rates":
+                values[name] = _rates(value)
+                continue
             if kind == "str":
                 if not isinstance(value, str):
                     raise ValueError(f"profile field {name!r} is {value!r}, not text")
@@ -108,6 +179,55 @@ class Profile:
                 raise ValueError(f"profile field {name!r} is {value!r}, not >= 0")
             values[name] = int(number) if kind == "int" else float(number)
         return Profile(**values)  # type: ignore[arg-type]
+
+
+def _rates(value: object) -> tuple[tuple[str, float], ...]:
+    """A JSON object of precision name -> FLOP/s as ``matmul_rates`` holds it."""
+    if not isinstance(value, dict) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+        for v in value.values()
+    ):
+        raise ValueError(
+            f"profile field 'matmul_rates' is {value!r}, not an object of "
+            "precision names and FLOP/s > 0"
+        )
+    return tuple(sorted((str(k), float(v)) for k, v in value.items()))
+
+
+# JAX's names for its three precisions (lax.Precision), as jnp accepts them.
+_PRECISION_ALIASES = {
+    "fastest": "default",
+    "bfloat16": "default",
+    "high": "high",
+    "bfloat16_3x": "high",
+    "tensorfloat32": "high",
+    "highest": "highest",
+    "float32": "highest",
+    "default": "default",
+}
+
+
+def precision_key(precision: object) -> str:
+    """The name ``matmul_rates`` keys a ``precision=`` value by (no JAX needed).
+
+    ``"default"``, ``"high"`` or ``"highest"`` for ``lax.Precision`` values
+    and JAX's strings for them; a ``lax.DotAlgorithmPreset``'s name (e.g.
+    ``"TF32_TF32_F32_X3"``); two precisions (one per operand) joined by a
+    comma; any other value (a ``lax.DotAlgorithm``) as its ``str``.
+
+    Example:
+        >>> precision_key(None), precision_key("float32"), precision_key("HIGH")
+        ('default', 'highest', 'high')
+        >>> precision_key(("highest", "highest")), precision_key(("default", "high"))
+        ('highest', 'default,high')
+    """
+    if precision is None:
+        return "default"
+    if isinstance(precision, tuple | list):
+        return ",".join(dict.fromkeys(precision_key(p) for p in precision))
+    name = getattr(precision, "name", None)  # lax.Precision, DotAlgorithmPreset
+    text = name if isinstance(name, str) else str(precision)
+    return _PRECISION_ALIASES.get(text.lower(), text)
 
 
 # Measured on the 2-core x86 CPU einslice was developed on (XLA CPU): ~300
@@ -138,32 +258,52 @@ CPU_DEFAULT = Profile(
     output_slice_penalty=1.3,
 )
 
-# Estimated from an H100 SXM's data sheet, not measured here: ~50 TFLOP/s
-# reached by float32 products (67 peak without tensor cores), HBM3 at ~3 TB/s
-# reached of 3.35, a 50 MB L2 at ~3x HBM, transposes at half HBM speed; the
-# BFC allocator reuses memory (no fresh pages); each scan iteration copies its
-# loop predicate to the host (~10 us) and each kernel launch costs ~4 us.
-# Small products underuse 132 SMs, hence the larger small-GEMM sides.
+# Measured on one NVIDIA H200 (jax 0.11.2, CUDA 13; ../shared/gpu/ in the
+# project's notes, 2026-12-04), with jitted float32 products of 8192^3 (best
+# of 3): 350 TFLOP/s at the default precision (TF32 tensor cores), 50 at
+# HIGHEST, and per lax.DotAlgorithmPreset the rates in GPU_MATMUL_RATES.
+# Measured too: a device-to-device copy at ~4.3 TB/s (read + write), 4.3 us
+# per lax.scan iteration and 0.46 us per kernel launched inside one.
+# Assumed, not measured: the 50 MB L2 (a data-sheet figure) streaming at
+# ~2.3x HBM, transposing copies at half the copy rate (calibrate() read 0.17
+# TB/s there, but from a 16 MB transpose that a GPU finishes in launch-sized
+# time), the small-GEMM sides (132 SMs need large products), the thin-product
+# and log-entry costs, no slowdown for slicing output indices, and no cost of
+# fresh memory: XLA's BFC allocator reuses device memory, so a temporary of
+# GBs costs only its traffic at HBM bandwidth (peak_preference 0: no nudge
+# towards small peaks; every scan iteration, at ~5 us, is what slicing costs).
+GPU_MATMUL_RATES = {
+    "default": 3.50e14,
+    "highest": 5.0e13,
+    "F32_F32_F32": 4.99e13,
+    "TF32_TF32_F32": 3.54e14,
+    "TF32_TF32_F32_X3": 1.20e14,
+    "BF16_BF16_F32_X3": 2.11e14,
+    "BF16_BF16_F32_X6": 1.07e14,
+    "BF16_BF16_F32_X9": 1.58e14,
+}
 GPU_DEFAULT = Profile(
     device_kind="gpu",
-    matmul_flops=5.0e13,
+    matmul_flops=GPU_MATMUL_RATES["default"],
     cache_bandwidth=1.0e13,
     shared_cache_bandwidth=1.0e13,
-    dram_bandwidth=3.0e12,
-    transpose_bandwidth=1.5e12,
+    dram_bandwidth=4.3e12,
+    transpose_bandwidth=2.15e12,
     cache_bytes=50 * 2**20,
     shared_cache_bytes=50 * 2**20,
     last_level_cache_bytes=50 * 2**20,
     fresh_pages_from=2**62,
     fresh_page_bandwidth=math.inf,
-    loop_seconds=1.0e-5,
-    launch_seconds=4.0e-6,
+    loop_seconds=4.3e-6,
+    launch_seconds=4.6e-7,
     small_gemm_side=128,
     small_gemm_output=2**20,
     thin_batched_result_seconds=2.0e-11,
     thin_batched_operand_seconds=2.0e-12,
     log_entry_seconds=1.0e-11,
     output_slice_penalty=1.0,
+    peak_preference=0.0,
+    matmul_rates=tuple(sorted(GPU_MATMUL_RATES.items())),
 )
 
 BUILT_IN = {"cpu": CPU_DEFAULT, "gpu": GPU_DEFAULT}

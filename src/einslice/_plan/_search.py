@@ -334,7 +334,7 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
             cost = estimate(
                 terms, output, sizes, itemsize, semiring, path, chunks, profile
             )
-            score = ranking(cost)
+            score = ranking(cost, profile)
             if cost.peak_bytes > memory_limit:
                 score *= _OVER_LIMIT_PENALTY ** math.log2(
                     cost.peak_bytes / memory_limit

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from math import prod
 from typing import TypeVar
 
+from ._profile import Profile
 from ._semiring import Semiring, semiring_named
 
 T = TypeVar("T")
@@ -224,6 +225,12 @@ class Plan(Steps):
     lowering: str = "einslice"
     # How tuning chose this plan; not part of equality (same program).
     choice: Choice | None = field(default=None, compare=False)
+    # The ``precision=`` it was planned for (opaque here, like mesh): a call
+    # that gives none runs with it. And the device profile its time was
+    # estimated with (``Profile.for_precision``: the matmul rate of that
+    # precision); None where the planner's caller did not record it.
+    precision: object = field(default=None, compare=False)
+    profile: Profile | None = field(default=None, compare=False)
 
     @property
     def ring(self) -> Semiring:
@@ -281,7 +288,7 @@ class Plan(Steps):
         return execute_plan(
             self,
             operands,
-            precision=precision,
+            precision=self.precision if precision is None else precision,
             preferred_element_type=preferred_element_type,
         )
 
