@@ -55,6 +55,7 @@ def einsum(
     mesh_axis: str | None = None,
     tune: str = "auto",
     profile: Profile | None = None,
+    gradient: bool = False,
     _dot_general=None,
     out_sharding=None,
 ) -> jax.Array:
@@ -96,7 +97,11 @@ def einsum(
             estimated to cost at most 10% of one call, else estimate). One
             device only.
         profile: the device profile to plan for; default the calibrated one
-            (``einslice.calibrate()``) or the platform's built-in one.
+            (``einslice.calibrate()``) or the platform's built-in one
+            (``einslice.profiles``: a plan for another device can be made here).
+        gradient: derivatives will be taken (``jax.grad``, ``jax.jvp``):
+            choose a plan whose derivative pass fits ``memory_limit`` too,
+            rather than the fastest forward pass, whose derivative may not.
 
     Returns:
         What ``jnp.einsum`` returns for the same arguments (for "sum").
@@ -134,6 +139,7 @@ def einsum(
             tune=tune,
             profile=profile,
             precision=precision,
+            gradient=gradient,
         )
         return execute_plan(p, arrays, precision, preferred_element_type)
 
@@ -177,6 +183,7 @@ def plan(
     mesh_axis: str | None = None,
     tune: str = "estimate",
     profile: Profile | None = None,
+    gradient: bool = False,
 ) -> Plan:
     """Plan an einsum without running it; call the plan to run it.
 
@@ -193,7 +200,10 @@ def plan(
         mesh_axis: as for ``einsum``.
         tune: as for ``einsum`` (default "estimate"); measuring runs the
             candidates on ones of the given shapes when no arrays are given.
-        profile: as for ``einsum``.
+        profile: as for ``einsum``, e.g. ``einslice.profiles.GPU`` to plan
+            for a GPU on any machine.
+        gradient: as for ``einsum``: the plan's derivative fits
+            ``memory_limit`` too (MemoryLimitError here if no plan's does).
 
     Returns:
         A Plan: ``.path``, ``.sliced``, ``.flops``, ``.naive_flops``,
@@ -222,6 +232,7 @@ def plan(
         target,
         tune=tune,
         profile=profile,
+        gradient=gradient,
     )
 
 
@@ -378,6 +389,7 @@ def _plan(
     tune: str = "estimate",
     profile: Profile | None = None,
     precision=None,
+    gradient: bool = False,
 ) -> Plan:
     """Plan for these operands (arrays or ShapeDtypeStructs) and devices.
 
@@ -406,16 +418,36 @@ def _plan(
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
     tune = _tune.check_tune(tune)
     profile = current_profile() if profile is None else profile
+    if not isinstance(gradient, bool):
+        raise EinsliceError(
+            f"gradient={gradient!r} is not True or False; pass True when "
+            "derivatives of the contraction will be taken."
+        )
     p = planner(
-        equation, itemsize, dtype.name, limit, key, semiring, placement, profile=profile
+        equation,
+        itemsize,
+        dtype.name,
+        limit,
+        key,
+        semiring,
+        placement,
+        profile=profile,
+        gradient=gradient,
     )
     if placement.single and planner is make_plan:
-        p = _tuned(p, arrays, tune, key, profile, Config(precision, pet))
+        config = Config(precision, pet)
+        p = _tuned(p, arrays, tune, key, profile, config, gradient)
     return p
 
 
 def _tuned(
-    p: Plan, arrays, tune: str, key: object, profile: Profile, config: Config
+    p: Plan,
+    arrays,
+    tune: str,
+    key: object,
+    profile: Profile,
+    config: Config,
+    gradient: bool = False,
 ) -> Plan:
     """``p``, or the candidate that tuning picks (see ``_exec/_tune.py``)."""
     if tune == "estimate":
@@ -423,8 +455,10 @@ def _tuned(
     args = (p.equation, p.itemsize, p.dtype, p.memory_limit, key, p.semiring)
 
     def candidates() -> tuple[Plan, ...]:
-        ranked = rank_plans(*args, profile=profile, count=_tune.TOP_K)
-        greedy = _greedy_plan(p, key, profile)
+        ranked = rank_plans(
+            *args, profile=profile, count=_tune.TOP_K, gradient=gradient
+        )
+        greedy = _greedy_plan(p, key, profile, gradient)
         return with_plain_lowerings(ranked, _tune.TOP_K, greedy)
 
     return _tune.choose(
@@ -437,7 +471,9 @@ def _tuned(
     )
 
 
-def _greedy_plan(p: Plan, key: object, profile: Profile) -> Plan | None:
+def _greedy_plan(
+    p: Plan, key: object, profile: Profile, gradient: bool = False
+) -> Plan | None:
     """The best plan along opt_einsum's greedy path (jnp.einsum's default).
 
     Only when the caller left ``optimize`` at "auto": a path or strategy the
@@ -447,7 +483,7 @@ def _greedy_plan(p: Plan, key: object, profile: Profile) -> Plan | None:
         return None
     args = (p.equation, p.itemsize, p.dtype, p.memory_limit, "greedy", p.semiring)
     try:
-        return rank_plans(*args, profile=profile, count=1)[0]
+        return rank_plans(*args, profile=profile, count=1, gradient=gradient)[0]
     except EinsliceError:  # MemoryLimitError: greedy's path needs more
         return None
 
