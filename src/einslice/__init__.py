@@ -7,6 +7,7 @@ Example:
     (8, 8)
 """
 
+from . import profiles as profiles
 from . import wisdom as wisdom
 from ._api import einsum as einsum
 from ._api import log_einsum as log_einsum
@@ -36,5 +37,6 @@ __all__ = [
     "naive_einsum",
     "parse_memory_limit",
     "plan",
+    "profiles",
     "wisdom",
 ]

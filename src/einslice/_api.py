@@ -56,6 +56,7 @@ def einsum(
     mesh_axis: str | None = None,
     tune: str = "auto",
     profile: Profile | None = None,
+    gradient: bool = False,
     _dot_general=None,
     out_sharding=None,
 ) -> jax.Array:
@@ -101,7 +102,11 @@ def einsum(
             call is estimated at 1 ms or more; else estimate). One device
             only.
         profile: the device profile to plan for; default the calibrated one
-            (``einslice.calibrate()``) or the platform's built-in one.
+            (``einslice.calibrate()``) or the platform's built-in one
+            (``einslice.profiles``: a plan for another device can be made here).
+        gradient: derivatives will be taken (``jax.grad``, ``jax.jvp``):
+            choose a plan whose derivative pass fits ``memory_limit`` too,
+            rather than the fastest forward pass, whose derivative may not.
 
     Returns:
         What ``jnp.einsum`` returns for the same arguments (for "sum").
@@ -139,6 +144,7 @@ def einsum(
             tune=tune,
             profile=profile,
             precision=precision,
+            gradient=gradient,
         )
         return execute_plan(p, arrays, precision, preferred_element_type)
 
@@ -183,6 +189,7 @@ def plan(
     tune: str = "estimate",
     profile: Profile | None = None,
     precision=None,
+    gradient: bool = False,
 ) -> Plan:
     """Plan an einsum without running it; call the plan to run it.
 
@@ -203,6 +210,8 @@ def plan(
         precision: as for ``einsum``: the time is estimated at the profile's
             matrix-multiply rate for it, and calling the plan without a
             precision runs with it.
+        gradient: as for ``einsum``: the plan's derivative fits
+            ``memory_limit`` too (MemoryLimitError here if no plan's does).
 
     Returns:
         A Plan: ``.path``, ``.sliced``, ``.flops``, ``.naive_flops``,
@@ -232,6 +241,7 @@ def plan(
         tune=tune,
         profile=profile,
         precision=precision,
+        gradient=gradient,
     )
 
 
@@ -388,6 +398,7 @@ def _plan(
     tune: str = "estimate",
     profile: Profile | None = None,
     precision=None,
+    gradient: bool = False,
 ) -> Plan:
     """Plan for these operands (arrays or ShapeDtypeStructs) and devices.
 
@@ -417,11 +428,25 @@ def _plan(
     tune = _tune.check_tune(tune)
     profile = current_profile() if profile is None else profile
     profile = profile.for_precision(_effective_precision(precision))
+    if not isinstance(gradient, bool):
+        raise EinsliceError(
+            f"gradient={gradient!r} is not True or False; pass True when "
+            "derivatives of the contraction will be taken."
+        )
     p = planner(
-        equation, itemsize, dtype.name, limit, key, semiring, placement, profile=profile
+        equation,
+        itemsize,
+        dtype.name,
+        limit,
+        key,
+        semiring,
+        placement,
+        profile=profile,
+        gradient=gradient,
     )
     if placement.single and planner is make_plan:
-        p = _tuned(p, arrays, tune, key, profile, Config(precision, pet))
+        config = Config(precision, pet)
+        p = _tuned(p, arrays, tune, key, profile, config, gradient)
     return replace(p, precision=precision, profile=profile)
 
 
@@ -433,7 +458,13 @@ def _effective_precision(precision):
 
 
 def _tuned(
-    p: Plan, arrays, tune: str, key: object, profile: Profile, config: Config
+    p: Plan,
+    arrays,
+    tune: str,
+    key: object,
+    profile: Profile,
+    config: Config,
+    gradient: bool = False,
 ) -> Plan:
     """``p``, or the candidate that tuning picks (see ``_exec/_tune.py``)."""
     if tune == "estimate":
@@ -441,8 +472,10 @@ def _tuned(
     args = (p.equation, p.itemsize, p.dtype, p.memory_limit, key, p.semiring)
 
     def candidates() -> tuple[Plan, ...]:
-        ranked = rank_plans(*args, profile=profile, count=_tune.TOP_K)
-        greedy = _greedy_plan(p, key, profile)
+        ranked = rank_plans(
+            *args, profile=profile, count=_tune.TOP_K, gradient=gradient
+        )
+        greedy = _greedy_plan(p, key, profile, gradient)
         return with_plain_lowerings(ranked, _tune.TOP_K, greedy)
 
     return _tune.choose(
@@ -456,7 +489,9 @@ def _tuned(
     )
 
 
-def _greedy_plan(p: Plan, key: object, profile: Profile) -> Plan | None:
+def _greedy_plan(
+    p: Plan, key: object, profile: Profile, gradient: bool = False
+) -> Plan | None:
     """The best plan along opt_einsum's greedy path (jnp.einsum's default).
 
     Only when the caller left ``optimize`` at "auto": a path or strategy the
@@ -466,7 +501,7 @@ def _greedy_plan(p: Plan, key: object, profile: Profile) -> Plan | None:
         return None
     args = (p.equation, p.itemsize, p.dtype, p.memory_limit, "greedy", p.semiring)
     try:
-        return rank_plans(*args, profile=profile, count=1)[0]
+        return rank_plans(*args, profile=profile, count=1, gradient=gradient)[0]
     except EinsliceError:  # MemoryLimitError: greedy's path needs more
         return None
 

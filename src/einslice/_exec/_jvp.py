@@ -82,11 +82,12 @@ def forward(
 def _contract_jvp(plan: Plan, config: Config, primals, tangents):
     if plan.tangent_cost.peak_bytes > plan.memory_limit:
         raise MemoryLimitError(
-            f"the derivative of {plan.equation.text()!r} needs at least "
+            f"the derivative of {plan.equation.brief()} needs at least "
             f"{format_bytes(plan.gradient_limit)} "
             f"({plan.gradient_limit} bytes) but memory_limit is "
-            f"{format_bytes(plan.memory_limit)}; raise memory_limit to at least "
-            "that for gradients (the forward pass alone fits).",
+            f"{format_bytes(plan.memory_limit)} (the forward pass alone fits); "
+            "pass gradient=True to einsum or plan to choose a plan whose "
+            "derivative fits too, or raise memory_limit to at least that.",
             smallest_limit=plan.gradient_limit,
             flops=plan.tangent_cost.flops,
         )

@@ -61,6 +61,7 @@ def make_plan(
     placement: Placement = ONE_DEVICE,
     probe: bool = False,
     profile: Profile = CPU_DEFAULT,
+    gradient: bool = False,
 ) -> Plan:
     """Plan a contraction: pairwise path, sliced indices and chunk sizes.
 
@@ -77,26 +78,41 @@ def make_plan(
         probe: skip finding ``gradient_limit`` (used while finding it).
         profile: the device the times are estimated for (part of the cache
             key: another profile may choose another plan).
+        gradient: derivatives will be taken: the forward plan is chosen so
+            that the derivative pass fits the limit too (see
+            `_fit_derivative`), not only the fastest forward pass.
 
     Returns:
-        The fastest plan found whose predicted peak fits the limit.
+        The fastest plan found whose predicted peak fits the limit (with
+        ``gradient``, whose derivative's peak fits it too).
 
     Raises:
-        MemoryLimitError: no plan fits; states the smallest feasible limit.
+        MemoryLimitError: no plan fits (with ``gradient``: none whose
+            derivative fits); states the smallest feasible limit.
     """
     found = _search(equation, itemsize, memory_limit, optimize, semiring, profile)
-    return _finish(
-        equation,
-        itemsize,
-        dtype,
-        memory_limit,
-        optimize,
-        semiring,
-        placement,
-        probe,
-        profile,
-        found.body,
-        found.forward,
+    args = (equation, itemsize, dtype, memory_limit, optimize, semiring, placement)
+    if not gradient:
+        return _finish(*args, probe, profile, found.body, found.forward)
+    plan = _finish(*args, True, profile, found.body, found.forward)
+    if plan.tangent_cost.peak_bytes <= memory_limit:
+        return plan
+    fitted = _fit_derivative(args, profile, found)
+    if fitted is not None:
+        return fitted
+    if probe:
+        return plan  # its gradient_limit: a lower bound
+    needed = _gradient_limit(
+        *args[:3], plan.gradient_limit, *args[4:], profile, gradient=True
+    )
+    raise MemoryLimitError(
+        f"the derivative of {equation.brief()} needs at least "
+        f"{format_bytes(needed)} ({needed} bytes) but memory_limit is "
+        f"{format_bytes(memory_limit)}, under every plan found; raise "
+        "memory_limit to at least that, or plan without gradient=True if no "
+        "derivative is taken (the forward pass alone fits).",
+        smallest_limit=needed,
+        flops=plan.tangent_cost.flops,
     )
 
 
@@ -329,10 +345,16 @@ def _finish(
     profile: Profile,
     body: Body,
     forward: Slicing,
+    tangent_seeds: dict[int, int] | None = None,
 ) -> Plan:
-    """The derivative's slicing, placement, hoisting and gradient limit: a Plan."""
+    """The derivative's slicing, placement, hoisting and gradient limit: a Plan.
+
+    ``tangent_seeds``: where the derivative's slicing may descend from
+    besides none when that does not fit (default the forward's chunks).
+    """
     sizes = equation.sizes
-    tangent = _tangent_slicing(body, sizes, itemsize, memory_limit, profile)
+    seeds = forward.chunks if tangent_seeds is None else tangent_seeds
+    tangent = _tangent_slicing(body, sizes, itemsize, memory_limit, profile, seeds)
     if placement.spread > 1:
         forward, tangent = _spread(
             body,
@@ -351,11 +373,19 @@ def _finish(
             body, sizes, itemsize, memory_limit, forward, tangent
         )
     gradient_limit = memory_limit
-    if tangent.cost.peak_bytes > memory_limit and not probe:
-        needed = tangent.cost.peak_bytes
-        gradient_limit = _gradient_limit(
-            equation, itemsize, dtype, needed, optimize, semiring, placement, profile
-        )
+    if tangent.cost.peak_bytes > memory_limit:
+        gradient_limit = tangent.cost.peak_bytes  # a lower bound, when probing
+        if not probe:
+            gradient_limit = _gradient_limit(
+                equation,
+                itemsize,
+                dtype,
+                gradient_limit,
+                optimize,
+                semiring,
+                placement,
+                profile,
+            )
     return Plan(
         gradient_limit=gradient_limit,
         equation=equation,
@@ -385,24 +415,94 @@ def _tangent_slicing(
     itemsize: int,
     memory_limit: int,
     profile: Profile,
+    seeds: dict[int, int] | None = None,
 ) -> Slicing:
     """The derivative pass's slicing of ``body``, leaving room for hoisting.
 
     Hoisting keeps the loop's result and its cotangent beside the derivative
     pass: room is left for them, else the slicing would fill the limit first.
+    When no slicing of the largest nodes' indices fits, the descent is tried
+    again from ``seeds`` (the forward pass's chunks, which may slice indices
+    of smaller nodes: a tree search's slices of a large network).
     """
     output = body.output
     room = 2 * itemsize * prod(sizes[i] for i in output) if hoistable_steps(body) else 0
-    return choose_slicing(
-        lambda chunks: cached_cost(
-            body, sizes, chunks, itemsize, profile, tangent=True
-        ),
-        sizes,
-        _candidates(body, sizes),
-        max(memory_limit - room, 0),
-        profile=profile,
-        steps=len(body.steps),
+
+    def cost(chunks: dict[int, int]) -> Cost:
+        return cached_cost(body, sizes, chunks, itemsize, profile, tangent=True)
+
+    limit = max(memory_limit - room, 0)
+    steps = len(body.steps)
+    candidates = _candidates(body, sizes)
+    found = choose_slicing(
+        cost, sizes, candidates, limit, profile=profile, steps=steps
     )
+    if found.fits or not seeds:
+        return found
+    wider = list(dict.fromkeys([*seeds, *candidates]))
+    seeded = choose_slicing(
+        cost, sizes, wider, limit, start=dict(seeds), profile=profile, steps=steps
+    )
+    if seeded.fits or seeded.cost.peak_bytes < found.cost.peak_bytes:
+        return seeded
+    return found
+
+
+# How many forward searches under ever smaller limits `_fit_derivative` tries.
+_TIGHTER_SEARCHES = 4
+
+
+def _fit_derivative(args: tuple, profile: Profile, found: _Found) -> Plan | None:
+    """A plan whose forward and derivative passes both fit (the best's does not).
+
+    The derivative pass slices its own indices but shares the forward's path,
+    and keeps about twice the forward chunk's buffers plus every operand's
+    cotangent: a path whose intermediates are small enough when sliced may
+    not be the fastest forward one. Tried in order: the forward search's
+    runners-up (fastest first), then paths searched for a smaller forward
+    peak (the limit less the operands' cotangents, halved; then halved
+    again), each with its forward slicing chosen again under the real limit.
+    None when none fits.
+    """
+    equation, itemsize, _, limit, optimize, semiring, _ = args
+
+    def finish(body: Body, forward: Slicing, seeds=None) -> Plan:
+        return _finish(*args, True, profile, body, forward, seeds)
+
+    for body, forward in found.runners_up:
+        plan = finish(body, forward)
+        if plan.tangent_cost.peak_bytes <= limit:
+            return plan
+    research = TreeSearch() if isinstance(optimize, Found) else optimize
+    if not isinstance(research, str | bool | TreeSearch):
+        return None  # an explicit path or optimizer: the path is the caller's
+    operands = itemsize * sum(prod(s) for s in equation.shapes)
+    target = (limit - 2 * operands) // 2
+    for _ in range(_TIGHTER_SEARCHES):
+        if target <= 0:
+            break
+        try:
+            tight = _search(equation, itemsize, target, research, semiring, profile)
+        except MemoryLimitError:
+            break
+        body, sizes = tight.body, equation.sizes
+        seeds = tight.forward.chunks
+        forward = choose_slicing(
+            lambda c, body=body: cached_cost(body, sizes, c, itemsize, profile),
+            sizes,
+            list(dict.fromkeys([*seeds, *_candidates(body, sizes)])),
+            limit,
+            start=dict(seeds),
+            profile=profile,
+            steps=len(body.steps),
+        )
+        # the derivative descends from the tight search's chunks, under
+        # which about twice the forward chunk's buffers fit
+        plan = finish(body, forward, seeds)
+        if plan.tangent_cost.peak_bytes <= limit:
+            return plan
+        target //= 2
+    return None
 
 
 def _gradient_limit(
@@ -414,12 +514,14 @@ def _gradient_limit(
     semiring: str,
     placement: Placement,
     profile: Profile,
+    gradient: bool = False,
 ) -> int:
     """A memory limit under which the re-planned derivative fits.
 
     A larger limit changes the forward plan and with it the derivative's
     needs: starting from what the derivative ``needed``, raise the limit until
-    it holds once re-planned (at most 8 tries), so that retrying with it works.
+    it holds once re-planned (at most 8 tries), so that retrying with it works
+    (``gradient``: re-planned with ``gradient=True``).
     """
     limit = needed
     for _ in range(8):
@@ -433,6 +535,7 @@ def _gradient_limit(
             placement,
             probe=True,
             profile=profile,
+            gradient=gradient,
         )
         if retry.tangent_cost.peak_bytes <= limit:
             break
@@ -451,12 +554,14 @@ def rank_plans(
     placement: Placement = ONE_DEVICE,
     profile: Profile = CPU_DEFAULT,
     count: int = 4,
+    gradient: bool = False,
 ) -> tuple[Plan, ...]:
     """The best few distinct plans within the limit, best estimate first.
 
-    The first is ``make_plan``'s; the others are the search's runners-up (other
-    paths or chunkings), each with its own derivative slicing, keeping only
-    those whose derivative fits where the first one's does.
+    The first is ``make_plan``'s (with ``gradient``, as it plans for
+    derivatives); the others are the search's runners-up (other paths or
+    chunkings), each with its own derivative slicing, keeping only those
+    whose derivative fits where the first one's does.
 
     Example:
         >>> from einslice._plan._equation import build_equation, parse_subscripts
@@ -466,7 +571,7 @@ def rank_plans(
         True
     """
     args = (equation, itemsize, dtype, memory_limit, optimize, semiring, placement)
-    best = make_plan(*args, profile=profile)
+    best = make_plan(*args, profile=profile, gradient=gradient)
     found = _search(equation, itemsize, memory_limit, optimize, semiring, profile)
     plans = [best]
     seen = {(best.steps, best.chunks)}

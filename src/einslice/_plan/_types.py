@@ -48,6 +48,30 @@ class Equation:
         inputs = ",".join(self.term_text(t) for t in self.terms)
         return f"{inputs}->{self.term_text(self.output)}"
 
+    def brief(self) -> str:
+        """The equation quoted for a message, cut when long (see `brief`)."""
+        return brief(self.text(), len(self.terms))
+
+
+# Messages quote at most this many characters of an equation.
+BRIEF_CHARS = 200
+
+
+def brief(text: str, operands: int, limit: int = BRIEF_CHARS) -> str:
+    """``text`` quoted; cut after ``limit`` characters, with the operand count.
+
+    A graphical model's equation runs to kilobytes: a message names its size.
+
+    Example:
+        >>> print(brief("ij,jk->ik", 2))
+        'ij,jk->ik'
+        >>> print(brief("i," * 150 + "i->", 151, limit=8))
+        'i,i,i,i,'... (151 operands, 303 characters)
+    """
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({operands} operands, {len(text)} characters)"
+
 
 @dataclass(frozen=True, slots=True)
 class Step:

@@ -8,6 +8,7 @@ eager JAX by the growth of the process's peak resident memory.
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import time
@@ -34,8 +35,29 @@ class Device:
     memory: int
 
 
+VERBOSE_XLA = "EINSLICE_VERBOSE_XLA"
+"""Set this environment variable to 1 to see XLA's own logs during a benchmark."""
+
+
+def quiet_xla() -> None:
+    """Silence XLA's C++ logs and JAX's warnings, unless ``EINSLICE_VERBOSE_XLA=1``.
+
+    A peer that runs out of GPU memory makes XLA's allocator and autotuner
+    print pages; the benchmark reports it as OOM instead. Takes effect only
+    before JAX's backend starts (`detect_device` calls it first); a
+    ``TF_CPP_MIN_LOG_LEVEL`` the user set is kept.
+    """
+    if os.environ.get(VERBOSE_XLA, "").strip() not in ("", "0"):
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    for name in ("jax", "jax._src.xla_bridge", "absl"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
 def detect_device(memory: int | None = None) -> Device:
     """Describe JAX's default device and how much memory a program may use.
+
+    XLA's logs are silenced first (see `quiet_xla`).
 
     Args:
         memory: bytes to allow, overriding the detection (``--device-memory``).
@@ -44,6 +66,7 @@ def detect_device(memory: int | None = None) -> Device:
         On GPU the device's memory limit less what is in use; on CPU
         :data:`CPU_MEMORY_FRACTION` of the available RAM.
     """
+    quiet_xla()
     import jax
 
     device = jax.devices()[0]

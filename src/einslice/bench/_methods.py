@@ -10,6 +10,7 @@ memory the run needs, so that the caller can refuse to run what does not fit.
 from __future__ import annotations
 
 import importlib
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,54 @@ PIP_HINT = "pip install 'einslice[bench]'"
 
 class NotApplicable(Exception):  # a status, not an error
     """The method cannot express this formula (the message says why)."""
+
+
+class OutOfMemory(Exception):  # a status, not an error
+    """The device cannot hold the program: XLA said RESOURCE_EXHAUSTED.
+
+    Attributes:
+        needs: the bytes XLA failed to allocate, when its message says; else None.
+    """
+
+    def __init__(self, message: str, needs: int | None) -> None:
+        super().__init__(message)
+        self.needs = needs
+
+
+_XLA_ERRORS = ("XlaRuntimeError", "JaxRuntimeError")
+_BYTES = re.compile(r"(\d+)\s*(?:bytes|B)\b")
+_SIZED = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT])(i?)B\b")
+
+
+def out_of_memory(error: BaseException) -> OutOfMemory | None:
+    """``error`` as an `OutOfMemory` when it is XLA running out of memory.
+
+    XLA raises its runtime error with RESOURCE_EXHAUSTED (or "Out of memory")
+    when a GPU cannot hold a program, also while compiling (its autotuner
+    allocates scratch buffers); the largest size the message names is taken
+    as what the program needs.
+
+    Example:
+        >>> class XlaRuntimeError(RuntimeError): ...
+        >>> e = XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying "
+        ...                     "to allocate 8589934592 bytes.")
+        >>> out_of_memory(e).needs
+        8589934592
+        >>> out_of_memory(ValueError("Out of memory")) is None  # not XLA's
+        True
+    """
+    names = {c.__name__ for c in type(error).__mro__}
+    text = str(error)
+    if not names & set(_XLA_ERRORS):
+        return None
+    if "RESOURCE_EXHAUSTED" not in text and "out of memory" not in text.lower():
+        return None
+    sizes = [int(b) for b in _BYTES.findall(text)]
+    for number, unit, binary in _SIZED.findall(text):
+        base = 1024 if binary else 1000
+        sizes.append(int(float(number) * base ** ("KMGT".index(unit) + 1)))
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    return OutOfMemory(first, max(sizes) if sizes else None)
 
 
 @dataclass
@@ -140,10 +189,19 @@ class Method:
 
 
 def _jax_runner(fn: Callable[..., object], args: Sequence[object]) -> Runner:
-    """Compile ``fn`` for the arguments; read its memory from XLA's analysis."""
+    """Compile ``fn`` for the arguments; read its memory from XLA's analysis.
+
+    XLA's out-of-memory, while compiling or running, is raised as `OutOfMemory`.
+    """
     import jax
 
-    compiled = jax.jit(fn).lower(*args).compile()
+    try:
+        compiled = jax.jit(fn).lower(*args).compile()
+    except Exception as e:
+        oom = out_of_memory(e)
+        if oom is not None:
+            raise oom from e
+        raise
     analysis = compiled.memory_analysis()
     if analysis is None:  # a backend without the analysis: count operands only
         temp = None
@@ -157,7 +215,13 @@ def _jax_runner(fn: Callable[..., object], args: Sequence[object]) -> Runner:
         )
 
     def call() -> object:
-        return jax.block_until_ready(compiled(*args))
+        try:
+            return jax.block_until_ready(compiled(*args))
+        except Exception as e:
+            oom = out_of_memory(e)
+            if oom is not None:
+                raise OutOfMemory(str(oom), oom.needs or needs) from e
+            raise
 
     return Runner(call, temp, "compiled", needs)
 

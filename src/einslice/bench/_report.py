@@ -89,7 +89,7 @@ def cell_text(cell: Cell, what: str, matmul_gflops: float = 0.0) -> str:
         e.g. ``0.0123``, ``OOM (needs 17.2 GB)``, ``skipped (est. 40 s)``.
     """
     if cell.status == "oom":
-        return f"OOM (needs {format_bytes(cell.needs)})"
+        return f"OOM (needs {format_bytes(cell.needs)})" if cell.needs else "OOM"
     if cell.status == "skipped":
         return f"skipped (est. {cell.estimate:.3g} s)"
     if cell.status in ("n/a", "missing", "error"):

@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from ._measure import Device, time_call, timed_runs
-from ._methods import Context, Method, NotApplicable, Operands, Runner
+from ._methods import Context, Method, NotApplicable, Operands, OutOfMemory, Runner
 from ._suite import Formula, make_operands, work_flops
 
 RESULT_TOLERANCE = 1e-2
@@ -283,7 +283,7 @@ def _prepare(
         cell.status, cell.note = "n/a", str(e)
         return None
     except Exception as e:  # report, keep benchmarking
-        cell.status, cell.note = "error", _one_line(e)
+        _failed(cell, e)
         return None
     cell.needs, cell.memory, cell.memory_source = (
         runner.needs, runner.memory, runner.memory_source,
@@ -317,7 +317,7 @@ def _time(
             probe=None if runner.memory is not None else runner.memory_source,
         )
     except Exception as e:  # report, keep benchmarking
-        cell.status, cell.note = "error", _one_line(e)
+        _failed(cell, e)
         return None
     cell.seconds, cell.runs = timing.median, timing.runs
     _record_memory(cell, runner, formula, operands, ctx, timing.peak_bytes)
@@ -384,7 +384,7 @@ def _time_interleaved(
                 probe=None if runner.memory is not None else runner.memory_source,
             )  # fmt: skip
         except Exception as e:  # report, keep benchmarking
-            cell.status, cell.note = "error", _one_line(e)
+            _failed(cell, e)
             bar.update(1)
             continue
         _record_memory(cell, runner, formula, operands, ctx, warm.peak_bytes)
@@ -470,6 +470,15 @@ def _check_results(
             cell.rel_error = error(results[cell.method], reference)
             if not cell.rel_error <= RESULT_TOLERANCE:
                 cell.status = "wrong"
+
+
+def _failed(cell: Cell, e: BaseException) -> None:
+    """Mark ``cell`` failed: ``oom`` for XLA's out-of-memory, else ``error``."""
+    if isinstance(e, OutOfMemory):
+        cell.status, cell.needs = "oom", e.needs
+    else:
+        cell.status = "error"
+    cell.note = _one_line(e)
 
 
 def _one_line(e: BaseException) -> str:

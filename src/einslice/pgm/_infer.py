@@ -160,6 +160,7 @@ def log_partition(
     memory_limit: int | str | None = None,
     optimize: object = "auto",
     dtype: jax.typing.DTypeLike = jnp.float32,
+    profile: Profile | None = None,
 ) -> float:
     """The natural log of the partition function Z, computed exactly.
 
@@ -179,6 +180,9 @@ def log_partition(
             ``cotengra.HyperOptimizer(...)``.
         dtype: the dtype of the contraction (float32 or float64; float64 needs
             ``jax_enable_x64``). Constants are always accumulated in float64.
+        profile: the device to plan for, as for ``einslice.plan``: default
+            this device's; ``einslice.profiles.GPU`` plans (and runs here)
+            what a GPU would run, e.g. to check that it fits a GPU's memory.
 
     Returns:
         log Z as a float; ``-inf`` when Z = 0 (no state has positive probability).
@@ -196,7 +200,7 @@ def log_partition(
         1.7918
     """
     prepared = _prepare(
-        model, evidence, "log", memory_limit, optimize, dtype, value_only=True
+        model, evidence, "log", memory_limit, optimize, dtype, profile, value_only=True
     )
     return _log_partition(prepared)
 
@@ -209,6 +213,7 @@ def marginals(
     memory_limit: int | str | None = None,
     optimize: object = "auto",
     dtype: jax.typing.DTypeLike = jnp.float32,
+    profile: Profile | None = None,
 ) -> Marginals:
     """Every variable's exact marginal, from the gradient of log Z.
 
@@ -223,6 +228,7 @@ def marginals(
         memory_limit: as for `log_partition`; bounds both passes.
         optimize: as for `log_partition`.
         dtype: as for `log_partition`.
+        profile: as for `log_partition`.
 
     Returns:
         A `Marginals` with log Z, the variable marginals and, if asked, the factor
@@ -239,7 +245,7 @@ def marginals(
         >>> marginals(g).variables[0].round(3).tolist()
         [0.25, 0.75]
     """
-    prepared = _prepare(model, evidence, "log", memory_limit, optimize, dtype)
+    prepared = _prepare(model, evidence, "log", memory_limit, optimize, dtype, profile)
     return _marginals(prepared, model, evidence, factors)
 
 
@@ -250,6 +256,7 @@ def map_value(
     memory_limit: int | str | None = None,
     optimize: object = "auto",
     dtype: jax.typing.DTypeLike = jnp.float32,
+    profile: Profile | None = None,
 ) -> float:
     """The MAP value ``max_x Σ_f log φ_f(x)`` (the most probable state's log-score).
 
@@ -259,6 +266,7 @@ def map_value(
         memory_limit: as for `log_partition`.
         optimize: as for `log_partition`.
         dtype: as for `log_partition`.
+        profile: as for `log_partition`.
 
     Returns:
         The maximum unnormalized log-score (subtract `log_partition` for the log
@@ -272,7 +280,7 @@ def map_value(
         1.0986
     """
     prepared = _prepare(
-        model, evidence, "max", memory_limit, optimize, dtype, value_only=True
+        model, evidence, "max", memory_limit, optimize, dtype, profile, value_only=True
     )
     return _map_value(prepared)
 
@@ -284,6 +292,7 @@ def map_assignment(
     memory_limit: int | str | None = None,
     optimize: object = "auto",
     dtype: jax.typing.DTypeLike = jnp.float32,
+    profile: Profile | None = None,
 ) -> MapResult:
     """A most probable state, from the gradient of the ``"max"`` contraction.
 
@@ -301,6 +310,7 @@ def map_assignment(
         memory_limit: as for `log_partition`.
         optimize: as for `log_partition`.
         dtype: as for `log_partition`.
+        profile: as for `log_partition`.
 
     Returns:
         A `MapResult`: the MAP value and an assignment whose score attains it (to
@@ -316,7 +326,7 @@ def map_assignment(
         >>> map_assignment(g).assignment
         {0: 0, 1: 1}
     """
-    prepared = _prepare(model, evidence, "max", memory_limit, optimize, dtype)
+    prepared = _prepare(model, evidence, "max", memory_limit, optimize, dtype, profile)
     return _map_assignment(prepared, model, evidence)
 
 
@@ -330,6 +340,7 @@ def _prepare(
     memory_limit: int | str | None,
     optimize: object,
     dtype: jax.typing.DTypeLike,
+    profile: Profile | None = None,
     value_only: bool = False,
 ) -> _Prepared:
     """Conditions, simplifies and plans: everything before running.
@@ -337,7 +348,9 @@ def _prepare(
     ``value_only``: the plan will be run once for its value, no derivatives
     (log Z, the MAP value): a small network's greedy tree is then walked on
     the host unplanned (`_quick_walk`), and a cheap tree's network is not
-    merged further (see `_resolve`).
+    merged further (see `_resolve`). Otherwise the plan is made with
+    ``gradient=True``: its derivative fits the limit too. ``profile``: the
+    device to plan for (default this one's).
     """
     dtype_ = _check_dtype(dtype)
     network = build_network(model.condition(evidence))
@@ -350,6 +363,8 @@ def _prepare(
     plan_for = partial(
         _plan_network, network, optimize, semiring, memory_limit, dtype_, value_only
     )
+    if profile is not None:
+        return plan_for(profile)
     if value_only:
         # A plan walked on the host is planned for the host's profile; asking
         # JAX for the device would start its backend (~6 ms, as long as
@@ -386,6 +401,7 @@ def _plan_network(
         semiring=semiring,
         dtype=dtype,
         profile=profile,
+        gradient=not value_only,
     )
     return _Prepared(network, plan, dtype)
 
