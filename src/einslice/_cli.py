@@ -18,9 +18,10 @@ CPU_SIZES = (64, 128, 256, 512, 1024)
 GPU_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
 SUITE_MEMORY_LIMIT = "1GB"
 """The suite's default limit: peers over it do not count as fitting."""
-ROUND_BUDGET = 10.0
+ROUND_BUDGET = 30.0
 """Seconds one method's timed rounds on one formula may take together: slow
-calls get fewer rounds (a call slower than this is measured once)."""
+calls get fewer rounds (a call slower than this is measured once). At n=512
+on 2 busy cores the seed formula's calls took 3-5 s, and 10 s left 3 rounds."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -189,10 +190,10 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
         "--rounds",
         "--repeats",
         type=_positive_int,
-        default=10,
+        default=15,
         help="most timing rounds per size: each round times every method once, "
         "the order rotating; tables give the median and how much the ratios "
-        f"varied between rounds (default 10; a method's rounds on one size stop "
+        f"varied between rounds (default 15; a method's rounds on one size stop "
         f"after {ROUND_BUDGET:g} s)",
     )
     p.add_argument("--dtype", default="float32", choices=_DTYPES)

@@ -282,10 +282,11 @@ def _timing_notes(cells: Sequence[Cell], max_seconds: float, over_100: bool) -> 
         )
     if over_100:
         notes.append(
-            "- A fraction above 100%: that method's own matrix products ran "
-            "faster than the reference matmul, whose operands are larger and "
-            "leave the caches; the reference is one matmul size, not the "
-            "device's peak."
+            "- A fraction above 100%: that method did more FLOP/s than the "
+            "reference matmul did in this run. The reference is one size of "
+            "matmul, not the device's peak: smaller products can stay in the "
+            "caches, and when other work shares the machine a matmul that uses "
+            "every core slows down more than a loop of small products does."
         )
     return notes
 
