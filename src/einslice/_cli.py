@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -479,7 +480,16 @@ def _bench_header(args, argv, formulas, device, gflops, memory_limit):
         dtype=args.dtype,
         max_seconds=args.max_seconds,
         rounds=args.rounds,
+        load=_load_average(),
     )
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average, or None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _bench_markdown(

@@ -33,6 +33,9 @@ class Header:
         max_seconds: the ``--max-seconds`` cut-off.
         rounds: the most timing rounds per formula (``--rounds``).
         matmul_note: how ``matmul_gflops`` was measured.
+        load: the load average (1 minute) when the run started, if known: on
+            a shared machine it says how much other work the figures share
+            the device with.
     """
 
     title: str
@@ -45,6 +48,7 @@ class Header:
     max_seconds: float
     rounds: int = 1
     matmul_note: str = "jitted, timed before the run"
+    load: float | None = None
 
     def lines(self) -> list[str]:
         """The header as Markdown lines."""
@@ -56,13 +60,14 @@ class Header:
             f"- device: {self.device}; float32 matmul {self.matmul_gflops:.1f} "
             f"GFLOP/s ({self.matmul_note}); memory a run may use: "
             f"{format_bytes(self.device_memory)}",
-            f"- memory limit: {limit}; dtype: {self.dtype}",
+            f"- memory limit: {limit}; dtype: {self.dtype}"
+            + ("" if self.load is None else f"; load average at start {self.load:.1f}"),
             f"- timing: each method is run once (warm-up), then timed in up to "
             f"{self.rounds} rounds, one turn per method per round, the order "
             f"rotating; fast calls are repeated within a turn, slow ones get "
             f"fewer rounds; a call estimated (doubled for safety) to take over "
             f"{self.max_seconds:g} s is skipped, and one that took longer is "
-            f"not repeated",
+            f"not repeated; a round's time, for the ratios, is its fastest call",
         ]
 
 
@@ -216,8 +221,9 @@ def round_ratios(ours: Cell, peer: Cell) -> list[float]:
     """The peer's time over ours in each round both ran (> 1: ours faster).
 
     Round ``r`` of two methods ran back to back, so each ratio is a pair taken
-    under the same load. A method measured once (too slow to repeat) pairs
-    its one run with the other's first round.
+    under the same load; a round's time is its turn's fastest call. A method
+    measured once (too slow to repeat) pairs its one run with the other's
+    first round.
     """
     return [
         p / o for o, p in zip(ours.rounds, peer.rounds, strict=False) if o > 0 and p > 0
@@ -260,8 +266,8 @@ def _ratio_section(cells: Sequence[Cell], sizes: list, methods: list[str]) -> li
         rows.append(row)
     head = ["n", *(f"{p} / {o}" if len(ours) > 1 else f"vs {p}" for o, p in pairs)]
     title = (
-        "Speed of einslice against each method: their time / einslice's, "
-        "median of the rounds' ratios (the middle half of the rounds' ratios)"
+        "Speed of einslice against each method: their time / einslice's in "
+        "each round (each turn's fastest call): median (middle half), rounds"
     )
     return ["", f"### {title}", "", markdown_table(head, rows)]
 

@@ -51,7 +51,7 @@ class Cell:
             ``error`` (raised).
         seconds: median run time.
         runs: number of timed runs.
-        rounds: the median time of each round's turn, in round order (the
+        rounds: the fastest call of each round's turn, in round order (the
             warm-up alone when the method was too slow to repeat); round ``r``
             of two methods on one formula ran back to back.
         over_time: a call took longer than ``max_seconds``; it ran to its end
@@ -333,9 +333,9 @@ def _time_rounds(
 ) -> dict[str, np.ndarray]:
     """Warm each runner up, then time them in rounds: A B C, B C A, C A B ...
 
-    Each method gets the timed runs :func:`timed_runs` gives it (``rounds``,
-    more for very fast calls, fewer when ``budget`` is short), spread over at
-    most ``rounds`` turns, so load coming and going falls on all alike. A turn
+    Each method gets the timed runs :func:`_runs` gives it (``rounds``, more
+    for fast calls, fewer when ``budget`` is short), spread over at most
+    ``rounds`` turns, so load coming and going falls on all alike. A turn
     starts with a :data:`QUIET_SECONDS` pause and, for fast calls, an untimed
     call, so no method pays for the one before it. A method slower than
     ``budget`` keeps its warm-up run as the measurement; one slower than
@@ -364,9 +364,7 @@ def _time_rounds(
         warm_time[cell.method] = warm.median
         cell.over_time = warm.median > opts.max_seconds
         slow = cell.over_time or warm.median >= opts.budget
-        runs[cell.method] = (
-            0 if slow else timed_runs(warm.median, opts.rounds, opts.budget)
-        )
+        runs[cell.method] = 0 if slow else _runs(warm.median, opts)
         ready.append((cell, runner))
 
     def show(text: str) -> None:
@@ -379,9 +377,29 @@ def _time_rounds(
         if not timed:  # too slow to repeat: the warm-up is the measurement
             timed, mine = [warm_time[cell.method]], [[warm_time[cell.method]]]
         cell.seconds, cell.runs = statistics.median(timed), len(timed)
-        cell.rounds = [statistics.median(t) for t in mine]
+        cell.rounds = [min(t) for t in mine]
         bar.update(1)
     return results
+
+
+TURN_SECONDS = 0.05
+"""Fast calls are repeated within a turn for about this long, and the turn's
+fastest call is its round's time: load on a shared machine comes in bursts
+that only add time, and a lone sub-millisecond call can fall inside one (on
+2 busy cores, einslice vs scan_einsum at n=128 read 1.99x and 1.04x in two
+runs of one call per turn)."""
+
+
+def _runs(seconds: float, opts: _Options) -> int:
+    """Timed runs of a call of ``seconds``, within the budget.
+
+    Enough for every round's turn to last :data:`TURN_SECONDS`, and at least
+    what :func:`timed_runs` gives.
+    """
+    per_run = max(seconds, 1e-9)
+    per_turn = max(1, math.ceil(TURN_SECONDS / per_run))
+    wanted = max(timed_runs(seconds, opts.rounds, opts.budget), opts.rounds * per_turn)
+    return max(1, min(wanted, int(opts.budget / per_run)))
 
 
 def _timed_turns(
