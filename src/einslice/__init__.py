@@ -7,6 +7,8 @@ Example:
     (8, 8)
 """
 
+from importlib import metadata as _metadata
+
 from . import profiles as profiles
 from . import wisdom as wisdom
 from ._api import einsum as einsum
@@ -23,12 +25,18 @@ from ._plan._profile import Profile as Profile
 from ._plan._search import TreeSearch as TreeSearch
 from ._plan._types import Plan as Plan
 
+try:
+    __version__ = _metadata.version("einslice")
+except _metadata.PackageNotFoundError:  # run from a source tree, not installed
+    __version__ = "0+unknown"
+
 __all__ = [
     "EinsliceError",
     "MemoryLimitError",
     "Plan",
     "Profile",
     "TreeSearch",
+    "__version__",
     "calibrate",
     "einsum",
     "enable_compilation_cache",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import replace
@@ -57,8 +58,8 @@ def einsum(
     tune: str = "auto",
     profile: Profile | None = None,
     gradient: bool = False,
-    _dot_general=None,
     out_sharding=None,
+    _dot_general=None,
 ) -> jax.Array:
     """Evaluate an einsum like ``jnp.einsum``, within a memory limit.
 
@@ -150,6 +151,23 @@ def einsum(
 
     sharding = _out_sharding(out_sharding)
     return run(*arrays) if sharding is None else _placed_as(sharding, run)(*arrays)
+
+
+def _without_private(fn: Callable, name: str) -> None:
+    """Hide the keyword ``name`` from ``fn``'s signature (help, inspect, IDEs).
+
+    ``jnp.einsum`` has a private keyword, ``_dot_general``, and code written
+    for it that takes an einsum function (``einsum_fn=``) may pass it along;
+    ``einsum`` accepts and ignores it so that such code keeps working, but it
+    is no part of einslice's interface, so the signature users see leaves it
+    out. (A ``**kwargs`` catch would hide every misspelt keyword as well.)
+    """
+    sig = inspect.signature(fn)
+    kept = [p for p in sig.parameters.values() if p.name != name]
+    fn.__signature__ = sig.replace(parameters=kept)  # type: ignore[attr-defined]
+
+
+_without_private(einsum, "_dot_general")
 
 
 def log_einsum(subscripts, /, *operands, **kwargs) -> jax.Array:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -18,6 +19,10 @@ CPU_SIZES = (64, 128, 256, 512, 1024)
 GPU_SIZES = (128, 256, 512, 1024, 2048, 4096, 8192)
 SUITE_MEMORY_LIMIT = "1GB"
 """The suite's default limit: peers over it do not count as fitting."""
+ROUND_BUDGET = 30.0
+"""Seconds one method's timed rounds on one formula may take together: slow
+calls get fewer rounds (a call slower than this is measured once). At n=512
+on 2 busy cores the seed formula's calls took 3-5 s, and 10 s left 3 rounds."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -186,10 +191,18 @@ def _add_limit_arguments(p: argparse.ArgumentParser) -> None:
         "--max-seconds",
         type=_positive_float,
         default=60.0,
-        help="skip runs estimated to take longer (default 60)",
+        help="skip a call estimated (doubled for safety) to take longer; a "
+        "method whose call took longer is not called again (default 60)",
     )
     p.add_argument(
-        "--repeats", type=_positive_int, default=5, help="most timed runs (default 5)"
+        "--rounds",
+        "--repeats",
+        type=_positive_int,
+        default=15,
+        help="most timing rounds per size: each round times every method once, "
+        "the order rotating; tables give the median and how much the ratios "
+        f"varied between rounds (default 15; a method's rounds on one size stop "
+        f"after {ROUND_BUDGET:g} s)",
     )
     p.add_argument("--dtype", default="float32", choices=_DTYPES)
 
@@ -427,8 +440,8 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
         None if memory_limit is None else parse_memory_limit(memory_limit),
         device.memory,
     )
-    # the sweep times a matmul alongside each n: its fractions then hold even
-    # when the load of a shared machine changes during the run
+    # the sweep times a matmul alongside each n: the median of its rounds over
+    # the whole run is the one reference its fractions are taken against
     timed = methods if args.suite else [*methods, _methods.matmul_method()]
     cells = _run.run(
         formulas,
@@ -437,8 +450,8 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
         device,
         matmul_gflops=gflops,
         max_seconds=args.max_seconds,
-        repeats=args.repeats,
-        interleave=True,
+        rounds=args.rounds,
+        budget=min(ROUND_BUDGET, args.max_seconds),
         dtype=args.dtype,
         progress=not args.no_progress,
     )
@@ -447,7 +460,9 @@ def _bench(args, argv, methods, suite_formulas, formula_text) -> int:
         args, cells, header, methods, formulas, ctx.cache, formula_text
     )
     print(markdown)
-    paths = _report.write_outputs(args.out, stem, markdown, cells, gflops, plot)
+    paths = _report.write_outputs(
+        args.out, stem, markdown, cells, gflops, plot, device.memory
+    )
     print("wrote " + ", ".join(paths))
     return 0
 
@@ -487,7 +502,17 @@ def _bench_header(args, argv, formulas, device, gflops, memory_limit):
         memory_limit=memory_limit,
         dtype=args.dtype,
         max_seconds=args.max_seconds,
+        rounds=args.rounds,
+        load=_load_average(),
     )
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average, or None where the system has none."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _bench_markdown(

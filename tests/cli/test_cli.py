@@ -26,8 +26,14 @@ def _rows(path):
 
 
 def _bench(tmp_path, args, progress=False):
-    """Run ``einslice bench ARGS --out TMP`` (no progress bar unless asked)."""
+    """Run ``einslice bench ARGS --out TMP`` (no progress bar unless asked).
+
+    Two timing rounds unless ARGS says: the tests check what is reported, not
+    how steady the times are.
+    """
     argv = ["bench", *args.split(), "--out", str(tmp_path)]
+    if "--rounds" not in args:
+        argv += ["--rounds", "2"]
     return main(argv if progress else [*argv, "--no-progress"])
 
 
@@ -53,6 +59,17 @@ def test_bench_writes_table_csv_and_plot(tmp_path, capsys):
     assert all(float(r["seconds"]) > 0 for r in rows)
     einslice_rows = [r for r in rows if r["method"] == "einslice"]
     assert all(r["memory_source"] == "compiled" for r in einslice_rows)
+    # rounds: counted in the time table, one time per round in the CSV, and
+    # einslice against each method round by round
+    assert all(r["rounds"] == "2" and len(r["round_seconds"].split()) == 2
+               for r in rows)  # fmt: skip
+    assert "timed in up to 2 rounds" in out
+    assert re.search(r"\| 32 \| [0-9.e+-]+ \(2\)", out)
+    assert re.search(
+        r"vs scan_einsum.*\n.*\n\| 16 +\| [0-9.]+x \([0-9.]+-[0-9.]+, 2 rounds", out
+    )
+    # one matmul reference for the run: the median of its rounds
+    assert "median of its 4 rounds timed alongside the methods" in out
 
 
 def test_bench_reports_oom_instead_of_running(tmp_path, capsys):

@@ -9,12 +9,13 @@ from __future__ import annotations
 import csv
 import math
 import os
+import statistics
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ._methods import PIP_HINT
-from ._run import Cell
+from ._run import ESTIMATE_MARGIN, Cell
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,11 @@ class Header:
         memory_limit: the ``--memory-limit`` passed, or None.
         dtype: operand dtype.
         max_seconds: the ``--max-seconds`` cut-off.
+        rounds: the most timing rounds per formula (``--rounds``).
+        matmul_note: how ``matmul_gflops`` was measured.
+        load: the load average (1 minute) when the run started, if known: on
+            a shared machine it says how much other work the figures share
+            the device with.
     """
 
     title: str
@@ -40,6 +46,9 @@ class Header:
     memory_limit: str | None
     dtype: str
     max_seconds: float
+    rounds: int = 1
+    matmul_note: str = "jitted, timed before the run"
+    load: float | None = None
 
     def lines(self) -> list[str]:
         """The header as Markdown lines."""
@@ -49,10 +58,16 @@ class Header:
             "",
             f"- command: `{self.command}`",
             f"- device: {self.device}; float32 matmul {self.matmul_gflops:.1f} "
-            f"GFLOP/s (jitted); memory a run may use: "
+            f"GFLOP/s ({self.matmul_note}); memory a run may use: "
             f"{format_bytes(self.device_memory)}",
-            f"- memory limit: {limit}; dtype: {self.dtype}; "
-            f"runs estimated over {self.max_seconds:g} s are skipped",
+            f"- memory limit: {limit}; dtype: {self.dtype}"
+            + ("" if self.load is None else f"; load average at start {self.load:.1f}"),
+            f"- timing: each method is run once (warm-up), then timed in up to "
+            f"{self.rounds} rounds, one turn per method per round, the order "
+            f"rotating; fast calls are repeated within a turn, slow ones get "
+            f"fewer rounds; a call estimated (doubled for safety) to take over "
+            f"{self.max_seconds:g} s is skipped, and one that took longer is "
+            f"not repeated; a round's time, for the ratios, is its fastest call",
         ]
 
 
@@ -77,25 +92,33 @@ def format_seconds(s: float) -> str:
     return f"{s:.3g}"
 
 
-def cell_text(cell: Cell, what: str, matmul_gflops: float = 0.0) -> str:
+def cell_text(
+    cell: Cell, what: str, matmul_gflops: float = 0.0, max_seconds: float = 0.0
+) -> str:
     """One table cell: the measured value, or why there is none.
 
     Args:
         cell: the result.
-        what: ``"time"``, ``"memory"`` or ``"gflops"``.
+        what: ``"time"`` (with the number of rounds), ``"memory"`` or
+            ``"gflops"``.
         matmul_gflops: for ``"gflops"``: the fraction of it is shown too.
+        max_seconds: the ``--max-seconds`` a call that took longer went over.
 
     Returns:
-        e.g. ``0.0123``, ``OOM (needs 17.2 GB)``, ``skipped (est. 40 s)``.
+        e.g. ``0.0123 (15)``, ``OOM (needs 17.2 GB)``,
+        ``skipped (est. 40-80 s)``, ``106 (1, over 60 s)``.
     """
     if cell.status == "oom":
         return f"OOM (needs {format_bytes(cell.needs)})" if cell.needs else "OOM"
     if cell.status == "skipped":
-        return f"skipped (est. {cell.estimate:.3g} s)"
+        low = cell.estimate or 0.0
+        return f"skipped (est. {low:.3g}-{low * ESTIMATE_MARGIN:.3g} s)"
     if cell.status in ("n/a", "missing", "error"):
         return cell.status
     if what == "time":
         text = format_seconds(cell.seconds or 0.0)
+        over = f", over {max_seconds:g} s" if cell.over_time and max_seconds else ""
+        text += f" ({len(cell.rounds)}{over})"
     elif what == "memory":
         text = format_bytes(cell.memory)
         if cell.memory_source == "rss":
@@ -146,16 +169,41 @@ def _notes(cells: Sequence[Cell]) -> list[str]:
 REFERENCE = "matmul"
 """The name of the matmul timed alongside each formula (``matmul_method()``).
 
-Its cells give the throughput that fractions are taken against; tables and
-plots leave it out, the CSV keeps it.
+Its rounds over the whole run give the one throughput that fractions are
+taken against; tables and plots leave it out, the CSV keeps it.
 """
 
 
-def _references(cells: Sequence[Cell]) -> dict[tuple[str, int | None], float]:
-    """(formula, n) -> the GFLOP/s of the matmul timed alongside it."""
-    return {
-        (c.formula, c.n): c.gflops for c in cells if c.method == REFERENCE and c.gflops
-    }
+@dataclass(frozen=True)
+class Reference:
+    """The matmul throughput of a run: the median over all its rounds.
+
+    Attributes:
+        gflops: median GFLOP/s of the matmul's rounds, over every formula.
+        rounds: how many rounds that median is over.
+        side: the matmul's side (2048 on CPU).
+    """
+
+    gflops: float
+    rounds: int
+    side: int
+
+    def note(self) -> str:
+        """How it was measured, for the header."""
+        return (
+            f"{self.side}x{self.side}, jitted; median of its {self.rounds} rounds "
+            "timed alongside the methods over the whole run"
+        )
+
+
+def reference(cells: Sequence[Cell]) -> Reference | None:
+    """The run's matmul reference, or None when no matmul was timed."""
+    mine = [c for c in cells if c.method == REFERENCE and c.ran and c.flops]
+    rates = [c.flops / s / 1e9 for c in mine for s in c.rounds if c.flops and s > 0]
+    if not rates:
+        return None
+    side = round((mine[0].flops / 2) ** (1 / 3)) if mine[0].flops else 0
+    return Reference(statistics.median(rates), len(rates), side)
 
 
 def _shown(cells: Sequence[Cell]) -> list[Cell]:
@@ -163,35 +211,126 @@ def _shown(cells: Sequence[Cell]) -> list[Cell]:
     return [c for c in cells if c.method != REFERENCE]
 
 
-def sweep_markdown(cells: Sequence[Cell], header: Header) -> str:
-    """The seed-style report: time, memory and GFLOP/s tables, rows by n.
+def _ours(methods: Sequence[str]) -> list[str]:
+    """The columns of einslice itself (einslice, einslice@64MB, einslice-tuned)."""
+    mine = ("einslice@", "einslice-")
+    return [m for m in methods if m == "einslice" or m.startswith(mine)]
 
-    Fractions of matmul throughput are taken against the matmul timed
-    alongside each n when there is one (the load of a shared machine changes
-    during a run), else against the header's figure.
+
+def round_ratios(ours: Cell, peer: Cell) -> list[float]:
+    """The peer's time over ours in each round both ran (> 1: ours faster).
+
+    Round ``r`` of two methods ran back to back, so each ratio is a pair taken
+    under the same load; a round's time is its turn's fastest call. A method
+    measured once (too slow to repeat) pairs its one run with the other's
+    first round.
     """
-    refs = _references(cells)
+    return [
+        p / o for o, p in zip(ours.rounds, peer.rounds, strict=False) if o > 0 and p > 0
+    ]
+
+
+def spread(ratios: Sequence[float]) -> tuple[float, float, float]:
+    """Median and the middle half (quartiles) of per-round ratios."""
+    if len(ratios) == 1:
+        return ratios[0], ratios[0], ratios[0]
+    low, mid, high = statistics.quantiles(ratios, n=4, method="inclusive")
+    return mid, low, high
+
+
+def ratio_text(ratios: Sequence[float]) -> str:
+    """``1.02x (0.95-1.10, 15 rounds)``: median, middle half, count."""
+    if not ratios:
+        return ""
+    mid, low, high = spread(ratios)
+    if len(ratios) == 1:
+        return f"{mid:.2f}x (1 round)"
+    return f"{mid:.2f}x ({low:.2f}-{high:.2f}, {len(ratios)} rounds)"
+
+
+def _ratio_section(cells: Sequence[Cell], sizes: list, methods: list[str]) -> list[str]:
+    """Each einslice column against each other column, per n, round by round."""
+    by = {(c.n, c.method): c for c in cells}
+    ours = _ours(methods)
+    peers = [m for m in methods if m not in ours]
+    pairs = [(o, p) for o in ours for p in peers]
+    if not pairs:
+        return []
+    rows = []
+    for n in sizes:
+        row = [str(n)]
+        for o, p in pairs:
+            mine, theirs = by[n, o], by[n, p]
+            ok = mine.ran and theirs.ran
+            row.append(ratio_text(round_ratios(mine, theirs)) if ok else "")
+        rows.append(row)
+    head = ["n", *(f"{p} / {o}" if len(ours) > 1 else f"vs {p}" for o, p in pairs)]
+    title = (
+        "Speed of einslice against each method: their time / einslice's in "
+        "each round (each turn's fastest call): median (middle half), rounds"
+    )
+    return ["", f"### {title}", "", markdown_table(head, rows)]
+
+
+def _timing_notes(cells: Sequence[Cell], max_seconds: float, over_100: bool) -> list:
+    """Notes under the sweep's tables: what "over", "skipped" and >100% mean."""
+    notes = []
+    if any(c.over_time for c in cells):
+        notes.append(
+            f"- over {max_seconds:g} s: a call took longer than --max-seconds. "
+            "A started call cannot be interrupted, so it ran to its end; the "
+            "method was not called again, and larger sizes are skipped."
+        )
+    if any(c.status == "skipped" for c in cells):
+        notes.append(
+            "- skipped (est. a-b s): the time extrapolated from the previous "
+            f"size (a) doubled for safety (b) is over {max_seconds:g} s."
+        )
+    if over_100:
+        notes.append(
+            "- A fraction above 100%: that method did more FLOP/s than the "
+            "reference matmul did in this run. The reference is one size of "
+            "matmul, not the device's peak: smaller products can stay in the "
+            "caches, and when other work shares the machine a matmul that uses "
+            "every core slows down more than a loop of small products does."
+        )
+    return notes
+
+
+def sweep_markdown(cells: Sequence[Cell], header: Header) -> str:
+    """The seed-style report: time, memory, GFLOP/s and ratio tables, rows by n.
+
+    Fractions of matmul throughput are taken against one reference for the
+    whole run: the median of the matmul's rounds, timed alongside every n
+    (else the header's figure, measured before the run).
+    """
+    ref = reference(cells)
+    if ref is not None:
+        header = replace(header, matmul_gflops=ref.gflops, matmul_note=ref.note())
     cells = _shown(cells)
     methods = _methods(cells)
     sizes = list(dict.fromkeys(c.n for c in cells))
     by = {(c.n, c.method): c for c in cells}
     parts = header.lines()
     sections = (
-        ("time", "Median time (s) after warm-up"),
+        ("time", "Median time (s) after warm-up (rounds)"),
         ("memory", MEMORY_TITLE),
-        (
-            "gflops",
-            "GFLOP/s (fraction of this device's matmul throughput"
-            + (", timed alongside at each n)" if refs else ")"),
-        ),
+        ("gflops", "GFLOP/s (fraction of the matmul reference above)"),
     )
     for what, title in sections:
         rows = []
         for n in sizes:
-            ref = refs.get((cells[0].formula, n), header.matmul_gflops)
-            rows.append([str(n), *(cell_text(by[n, m], what, ref) for m in methods)])
+            texts = [
+                cell_text(by[n, m], what, header.matmul_gflops, header.max_seconds)
+                for m in methods
+            ]
+            rows.append([str(n), *texts])
         parts += ["", f"### {title}", "", markdown_table(["n", *methods], rows)]
-    notes = _notes(cells)
+    parts += _ratio_section(cells, sizes, methods)
+    over_100 = any(
+        c.ran and (c.gflops or 0.0) > header.matmul_gflops > 0 for c in cells
+    )
+    notes = _timing_notes(cells, header.max_seconds, over_100) + _notes(cells)
     if notes:
         parts += ["", *notes]
     return "\n".join(parts) + "\n"
@@ -207,6 +346,7 @@ class Comparison:
         speedup: the best peer's time over einslice's (> 1: einslice faster).
         peers_failed: some peer ran out of memory or over the limit here.
         ours_over_limit: einslice's own memory exceeded the limit.
+        ratios: the best peer's time over einslice's in each round both ran.
     """
 
     formula: str
@@ -214,6 +354,7 @@ class Comparison:
     speedup: float | None
     peers_failed: bool
     ours_over_limit: bool
+    ratios: tuple[float, ...] = ()
 
 
 def compare(cells: Sequence[Cell], ours: str, peers: Sequence[str]) -> list[Comparison]:
@@ -228,9 +369,10 @@ def compare(cells: Sequence[Cell], ours: str, peers: Sequence[str]) -> list[Comp
             if p in row and row[p].status == "ok" and not row[p].over_limit
         ]
         best = min(fitting, key=lambda c: c.seconds or math.inf, default=None)
-        speedup = None
+        speedup, ratios = None, ()
         if best is not None and mine is not None and mine.status == "ok":
             speedup = (best.seconds or 0.0) / (mine.seconds or math.inf)
+            ratios = tuple(round_ratios(mine, best))
         failed = any(
             p in row and (row[p].status == "oom" or row[p].over_limit) for p in peers
         )
@@ -241,6 +383,7 @@ def compare(cells: Sequence[Cell], ours: str, peers: Sequence[str]) -> list[Comp
                 speedup,
                 failed,
                 mine is not None and mine.over_limit,
+                ratios,
             )
         )
     return out
@@ -281,15 +424,19 @@ def suite_markdown(
     for f in formulas:
         comp = comparisons[f]
         speedup = "" if comp.speedup is None else f"{comp.speedup:.2f}x"
+        if len(comp.ratios) > 1:
+            _, low, high = spread(comp.ratios)
+            speedup += f" ({low:.2f}-{high:.2f} by round)"
         rows.append([
             f, f"`{equations.get(f, '')}`",
-            *(cell_text(by[f, m], "time") for m in methods),
+            *(cell_text(by[f, m], "time", 0.0, header.max_seconds) for m in methods),
             comp.best_peer or "", speedup,
         ])  # fmt: skip
     head = ["formula", "equation", *methods, "best peer", "speed-up"]
     parts += [
         "",
-        "### Median time (s); speed-up = best peer's time / einslice's",
+        "### Median time (s) after warm-up (rounds); speed-up = best peer's "
+        "time / einslice's, of the medians (the middle half of the rounds' ratios)",
         "",
         markdown_table(head, rows),
     ]
@@ -305,55 +452,81 @@ def suite_markdown(
         if other != ours and other.startswith(f"{ours}-"):
             # einslice's variants (einslice-tuned) against the same peers
             parts += ["", summary_line(compare(cells, other, peers), other)]
-    notes = _notes(cells)
+    notes = _timing_notes(cells, header.max_seconds, False) + _notes(cells)
     if notes:
         parts += ["", *notes]
     return "\n".join(parts) + "\n"
 
 
 CSV_FIELDS = (
-    "formula", "n", "method", "status", "seconds", "runs", "memory_bytes",
-    "memory_source", "needs_bytes", "estimate_seconds", "flops", "gflops",
-    "fraction_of_matmul", "rel_error", "over_limit", "note",
+    "formula", "n", "method", "status", "seconds", "runs", "rounds",
+    "round_seconds", "over_time", "memory_bytes", "memory_source", "needs_bytes",
+    "limit_bytes", "estimate_seconds", "flops", "gflops", "fraction_of_matmul",
+    "rel_error", "over_limit", "note",
 )  # fmt: skip
 
 
 def write_csv(path: str, cells: Sequence[Cell], matmul_gflops: float) -> None:
     """One row per cell, every measured field (long format).
 
-    Fractions are against the matmul timed alongside, if any, else
-    ``matmul_gflops``.
+    Fractions are against the run's matmul reference (:func:`reference`), if
+    a matmul was timed, else ``matmul_gflops``; ``round_seconds`` holds each
+    round's median time, space-separated.
     """
-    refs = _references(cells)
+    ref = reference(cells)
+    rate = ref.gflops if ref is not None else matmul_gflops
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(CSV_FIELDS)
         for c in cells:
             gflops = c.gflops
-            ref = refs.get((c.formula, c.n), matmul_gflops)
-            fraction = gflops / ref if gflops and ref else None
+            fraction = gflops / rate if gflops and rate else None
             writer.writerow([
-                c.formula, c.n, c.method, c.status, c.seconds, c.runs, c.memory,
-                c.memory_source, c.needs, c.estimate, c.flops, gflops, fraction,
-                c.rel_error, c.over_limit, c.note,
+                c.formula, c.n, c.method, c.status, c.seconds, c.runs,
+                len(c.rounds), " ".join(f"{s:.6g}" for s in c.rounds), c.over_time,
+                c.memory, c.memory_source, c.needs, c.limit, c.estimate, c.flops,
+                gflops, fraction, c.rel_error, c.over_limit, c.note,
             ])  # fmt: skip
 
 
-def plot_sweep(path: str, cells: Sequence[Cell], title: str) -> None:
+_KEYS: dict[str, dict[str, object]] = {
+    "oom": {"marker": "$OOM$", "markersize": 14, "linestyle": "none"},
+    "needs": {"marker": "o", "markerfacecolor": "none", "linestyle": ":"},
+    "skipped": {"marker": "o", "markerfacecolor": "none", "linestyle": ":"},
+    "over": {"marker": "o", "markersize": 14, "markerfacecolor": "none",
+             "markeredgecolor": "red", "linestyle": "none"},
+}  # fmt: skip
+"""How the sweep plot marks runs that did not run or ran too long."""
+
+_KEY_TEXT = {
+    "oom": "OOM: did not fit in memory, not run",
+    "needs": "hollow, dotted: OOM, the memory it would need",
+    "skipped": "hollow, dotted: skipped, at its estimated time",
+    "over": "circled: a call over --max-seconds",
+}
+
+
+def plot_sweep(
+    path: str, cells: Sequence[Cell], title: str, device_memory: int | None = None
+) -> None:
     """Time vs n and memory vs n, log-log, one line per method (PNG).
 
-    Runs that did not fit are drawn at the memory they would have needed, with
-    hollow markers, so the plot shows where each method stops.
+    Runs that did not fit are drawn on the memory panel at the memory they
+    would have needed and marked "OOM" at the top of the time panel; skipped
+    runs at their estimated time; calls over --max-seconds circled. The memory
+    panel draws einslice's memory limit (and the memory a run may use, when
+    given). Both panels have a legend.
     """
     cells = _shown(cells)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.8))
     sizes = sorted({c.n for c in cells if c.n is not None})
-    any_oom = False
+    used: dict[str, None] = {}
     for k, method in enumerate(_methods(cells)):
         style = _style(k)
         mine = [c for c in cells if c.method == method and c.n is not None]
@@ -361,21 +534,53 @@ def plot_sweep(path: str, cells: Sequence[Cell], title: str) -> None:
         ax_t.plot([c.n for c in ran], [c.seconds for c in ran], label=method, **style)
         mem = [c for c in ran if c.memory]  # zero bytes has no place on a log axis
         ax_m.plot([c.n for c in mem], [c.memory for c in mem], label=method, **style)
+        color = style["color"]
         oom = [c for c in mine if c.status == "oom" and c.needs]
-        if oom:
-            any_oom = True
-            hollow = {**style, "linestyle": ":", "markerfacecolor": "none"}
-            ax_m.plot([c.n for c in oom], [c.needs for c in oom], **hollow)
-    for ax, label in ((ax_t, "median time (s)"), (ax_m, "temporary memory (bytes)")):
+        ax_m.plot([c.n for c in oom], [c.needs for c in oom], color=color,
+                  **_KEYS["needs"])  # fmt: skip
+        for c in oom:  # no time to plot: marked at the top of the time panel
+            ax_t.annotate("OOM", (c.n, 1.0), xycoords=("data", "axes fraction"),
+                          xytext=(0, -4 - 9 * k), textcoords="offset points",
+                          ha="center", va="top", fontsize=7, color=color)  # fmt: skip
+        skipped = [c for c in mine if c.status == "skipped" and c.estimate]
+        ax_t.plot([c.n for c in skipped], [c.estimate for c in skipped], color=color,
+                  **_KEYS["skipped"])  # fmt: skip
+        over = [c for c in ran if c.over_time]
+        ax_t.plot([c.n for c in over], [c.seconds for c in over], **_KEYS["over"])
+        for key, found in (("oom", oom), ("needs", oom), ("skipped", skipped),
+                           ("over", over)):  # fmt: skip
+            if found:
+                used[key] = None
+    ours = {c.limit for c in cells if c.limit and c.method.startswith("einslice")}
+    for limit in sorted(ours):
+        text = f"einslice memory_limit ({format_bytes(limit)})"
+        ax_m.axhline(limit, color="black", linestyle="--", linewidth=1, label=text)
+    if device_memory:
+        text = f"memory a run may use ({format_bytes(device_memory)})"
+        ax_m.axhline(device_memory, color="grey", linestyle="-.", linewidth=1,
+                     label=text)  # fmt: skip
+    for ax, label, name in (
+        (ax_t, "median time (s)", "Time"),
+        (ax_m, "temporary memory (bytes)", "Temporary memory"),
+    ):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sizes, [str(n) for n in sizes])
         ax.set_xlabel("n")
         ax.set_ylabel(label)
+        ax.set_title(name, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    if any_oom:
-        ax_m.set_title("hollow, dotted: OOM, the memory it would need", fontsize=9)
-    ax_t.legend(fontsize=7)
+    handles, labels = ax_t.get_legend_handles_labels()
+    for key in used:
+        if key != "needs":
+            handles.append(Line2D([], [], color="grey", **_KEYS[key]))  # type: ignore[arg-type]
+            labels.append(_KEY_TEXT[key])
+    ax_t.legend(handles, labels, fontsize=7)
+    handles, labels = ax_m.get_legend_handles_labels()
+    if "needs" in used:
+        handles.append(Line2D([], [], color="grey", **_KEYS["needs"]))  # type: ignore[arg-type]
+        labels.append(_KEY_TEXT["needs"])
+    ax_m.legend(handles, labels, fontsize=7)
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -430,7 +635,8 @@ def plot_suite(path: str, cells: Sequence[Cell], title: str) -> None:
 
 
 def write_outputs(out_dir: str, stem: str, markdown: str, cells: Sequence[Cell],
-                  matmul_gflops: float, plot: str) -> list[str]:  # fmt: skip
+                  matmul_gflops: float, plot: str,
+                  device_memory: int | None = None) -> list[str]:  # fmt: skip
     """Write ``<stem>.md``, ``<stem>.csv`` and ``<stem>.png`` into ``out_dir``.
 
     Args:
@@ -440,6 +646,7 @@ def write_outputs(out_dir: str, stem: str, markdown: str, cells: Sequence[Cell],
         cells: the results.
         matmul_gflops: for the CSV's fraction column.
         plot: ``"sweep"`` or ``"suite"``.
+        device_memory: drawn on the sweep's memory panel, when given.
 
     Returns:
         The paths written.
@@ -453,7 +660,10 @@ def write_outputs(out_dir: str, stem: str, markdown: str, cells: Sequence[Cell],
     write_csv(csv_path, cells, matmul_gflops)
     title = markdown.splitlines()[0].lstrip("# ")
     try:
-        (plot_sweep if plot == "sweep" else plot_suite)(png, cells, title)
+        if plot == "sweep":
+            plot_sweep(png, cells, title, device_memory)
+        else:
+            plot_suite(png, cells, title)
     except ImportError as e:
         print(f"einslice bench: no plot ({e}); {PIP_HINT}", file=sys.stderr)
         return [md, csv_path]

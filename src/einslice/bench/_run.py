@@ -4,7 +4,8 @@ For each formula (a size of the seed's formula, or a suite entry) and method:
 prepare (search a path, compile; not timed), refuse what would not fit in the
 device's memory (``OOM (needs X GB)``) or would take longer than
 ``max_seconds`` (``skipped (est. X s)``, extrapolated from the method's time on
-the previous formula), else time it and check its result against einslice's.
+the previous formula), then time the rest in rounds (one turn per method per
+round, the order rotating) and check every result against the others'.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import math
 import statistics
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -30,6 +31,12 @@ Loose enough for float32 sums of millions of terms and for TF32, JAX's default
 matmul precision on recent GPUs.
 """
 
+ESTIMATE_MARGIN = 2.0
+"""How far a time extrapolated from the previous size may fall short. Measured
+here: vmap_einsum at n=512 was estimated at 45-59 s from n=256 and took
+61-106 s. A run is skipped when its estimate times this exceeds
+``max_seconds``, since a call that has started cannot be interrupted."""
+
 
 @dataclass
 class Cell:
@@ -44,14 +51,20 @@ class Cell:
             ``error`` (raised).
         seconds: median run time.
         runs: number of timed runs.
+        rounds: the fastest call of each round's turn, in round order (the
+            warm-up alone when the method was too slow to repeat); round ``r``
+            of two methods on one formula ran back to back.
+        over_time: a call took longer than ``max_seconds``; it ran to its end
+            (a started call cannot be interrupted) and was not repeated.
         memory: temporary bytes (compiled, or measured while running).
         memory_source: ``compiled``, ``tracemalloc`` or ``rss`` (see Runner).
         needs: bytes the run needs in all, as the OOM guard saw them.
         estimate: estimated seconds of a skipped run.
         flops: the work in FLOPs (the same for every method on a formula).
         rel_error: relative error against the reference result.
-        over_limit: temporary memory above the limit: the method's own (einslice's
-            resolved ``memory_limit``), else ``--memory-limit``.
+        limit: the temporary-memory limit the run was held to: the method's
+            own (einslice's resolved ``memory_limit``), else ``--memory-limit``.
+        over_limit: temporary memory above ``limit``.
         note: the reason for ``n/a``, ``missing`` or ``error``.
     """
 
@@ -61,12 +74,15 @@ class Cell:
     status: str
     seconds: float | None = None
     runs: int = 0
+    rounds: list[float] = field(default_factory=list)
+    over_time: bool = False
     memory: int | None = None
     memory_source: str = ""
     needs: int | None = None
     estimate: float | None = None
     flops: float | None = None
     rel_error: float | None = None
+    limit: int | None = None
     over_limit: bool = False
     note: str = ""
 
@@ -99,14 +115,18 @@ def run(
     *,
     matmul_gflops: float,
     max_seconds: float = 60.0,
-    repeats: int = 5,
-    budget: float = 2.0,
+    rounds: int = 10,
+    budget: float = 10.0,
     deadline: float | None = None,
-    interleave: bool = False,
     dtype: str = "float32",
     progress: bool = True,
 ) -> list[Cell]:
     """Run every method on every formula; never raises for a method's failure.
+
+    On each formula every method is prepared and run once (the warm-up), then
+    timed in rounds: A B C, B C A, C A B ... so that load coming and going on a
+    shared machine falls on all alike, and round ``r`` of any two methods can
+    be compared as a pair.
 
     Args:
         formulas: in order; a method's time on one formula predicts the next's.
@@ -114,24 +134,21 @@ def run(
         ctx: the memory limit and shared caches.
         device: where it runs, and how much memory a run may use.
         matmul_gflops: this device's matmul throughput (for lower-bound estimates).
-        max_seconds: a method estimated to take longer than this is skipped.
-        repeats: most timed runs after the warm-up.
-        budget: seconds the timed runs of one cell may take together; a run
-            slower than this is measured once (its warm-up run).
+        max_seconds: a call estimated to take longer than this is skipped, and
+            a method whose call took longer is not called again.
+        rounds: most timing rounds per formula.
+        budget: seconds the timed runs of one method on one formula may take
+            together (fewer rounds for slow calls; a call slower than this is
+            measured once, by its warm-up).
         deadline: a ``time.monotonic()`` instant; a run estimated to end after
             it is skipped too, so that the whole benchmark ends in time.
-        interleave: on each formula, prepare every method, then time them in
-            rounds (ABC BCA CAB ...) so that load that comes and goes on a shared
-            machine falls on all alike; for ratios between methods.
         dtype: operand dtype.
         progress: show a tqdm progress bar on stderr.
 
     Returns:
         One :class:`Cell` per formula and method, formulas outer.
     """
-    opts = _Options(
-        matmul_gflops, max_seconds, repeats, budget, deadline, interleave, dtype
-    )
+    opts = _Options(matmul_gflops, max_seconds, max(rounds, 1), budget, deadline, dtype)
     missing = {m.name: m.missing() for m in methods}
     previous: dict[str, _Previous] = {}
     cells: list[Cell] = []
@@ -142,6 +159,7 @@ def run(
                 formula, methods, missing, previous, ctx, device, opts, bar
             )
             cells.extend(row)
+        bar.set_description("done")
     finally:
         bar.close()
     return cells
@@ -153,11 +171,17 @@ class _Options:
 
     matmul_gflops: float
     max_seconds: float
-    repeats: int
+    rounds: int
     budget: float
     deadline: float | None
-    interleave: bool
     dtype: str
+
+
+def _label(formula: Formula) -> str:
+    """How the progress bar names a formula: ``ij,jk->ik n=512`` or its name."""
+    if formula.n is not None and formula.subscripts is not None:
+        return f"{formula.subscripts} n={formula.n}"
+    return formula.name
 
 
 def _run_formula(
@@ -173,74 +197,38 @@ def _run_formula(
     """Every method on one formula; ``previous`` learns their times."""
     operands = Operands(make_operands(formula, opts.dtype))
     flops = work_flops(formula)
-    results: dict[str, np.ndarray] = {}
+    label = _label(formula)
     row: list[Cell] = []
     prepared: list[tuple[Cell, Runner]] = []
     for method in methods:
-        cell, deferred, result = _run_method(
-            method, formula, operands, flops, missing[method.name], previous,
-            ctx, device, opts, bar,
-        )  # fmt: skip
+        bar.set_description(f"{label} {method.name}: preparing")
+        cell = Cell(formula.name, formula.n, method.name, "ok", flops=flops)
+        limit = opts.max_seconds
+        if opts.deadline is not None:
+            limit = min(limit, opts.deadline - time.monotonic())
+        runner = None
+        if missing[method.name] is not None:
+            cell.status, cell.note = "missing", str(missing[method.name])
+        else:
+            runner = _prepare(cell, method, formula, operands, ctx, device,
+                              previous=previous.get(method.name), opts=opts,
+                              max_seconds=limit)  # fmt: skip
         row.append(cell)
-        if result is not None:
-            results[method.name] = result
-        if deferred is not None:
-            prepared.append((cell, deferred))
-    if prepared:
-        results |= _time_interleaved(prepared, formula, operands, ctx,
-                                     opts.repeats, opts.budget, bar)  # fmt: skip
+        if runner is None:
+            bar.update(1)
+            if cell.status == "skipped" and cell.estimate is not None:
+                cost = _cost(formula, method, cell.flops or flops)
+                previous[method.name] = _Previous(cell.estimate, cost)
+        else:
+            prepared.append((cell, runner))
+    results = _time_rounds(prepared, formula, operands, ctx, opts, bar, label)
     for method, cell in zip(methods, row, strict=True):
         if cell.ran and cell.seconds is not None:
             previous[method.name] = _Previous(
-                cell.seconds, _cost(formula, method, flops)
+                cell.seconds, _cost(formula, method, cell.flops or flops)
             )
     _check_results(row, results, methods)
     return row
-
-
-def _run_method(
-    method: Method,
-    formula: Formula,
-    operands: Operands,
-    flops: float,
-    why_missing: str | None,
-    previous: dict[str, _Previous],
-    ctx: Context,
-    device: Device,
-    opts: _Options,
-    bar: _Bar,
-) -> tuple[Cell, Runner | None, np.ndarray | None]:
-    """Prepare one method on one formula; time it now unless timing interleaves.
-
-    Returns:
-        (cell, deferred, result): the method's cell, its runner when it is left
-        for the interleaved rounds, and its result when it was timed here.
-    """
-    bar.set_description(f"{formula.name} {method.name}")
-    cell = Cell(formula.name, formula.n, method.name, "ok", flops=flops)
-    cost = _cost(formula, method, flops)
-    limit = opts.max_seconds
-    if opts.deadline is not None:
-        limit = min(limit, opts.deadline - time.monotonic())
-    if why_missing is not None:
-        cell.status, cell.note = "missing", str(why_missing)
-        runner = None
-    else:
-        estimate = _estimate(
-            previous.get(method.name), cost, opts.matmul_gflops * method.speed
-        )
-        runner = _prepare(cell, method, formula, operands, ctx, device,
-                          estimate=estimate, max_seconds=limit)  # fmt: skip
-    result = None
-    if runner is not None and not opts.interleave:
-        budget_now = min(opts.budget, max(limit, 0.0))
-        result = _time(cell, runner, formula, operands, ctx, opts.repeats,
-                       budget_now)  # fmt: skip
-    if not opts.interleave or runner is None:
-        bar.update(1)
-    if cell.status == "skipped" and cell.estimate is not None:
-        previous[method.name] = _Previous(cell.estimate, cost)
-    return cell, (runner if opts.interleave else None), result
 
 
 def _cost(formula: Formula, method: Method, flops: float) -> float:
@@ -269,13 +257,16 @@ def _prepare(
     ctx: Context,
     device: Device,
     *,
-    estimate: float,
+    previous: _Previous | None,
+    opts: _Options,
     max_seconds: float,
 ) -> Runner | None:
     """Prepare, guard and skip one method; a runner when it may run.
 
     Otherwise ``cell`` says why not: n/a, error, oom (checked first: a program
-    that does not fit is OOM however long it would take), or skipped.
+    that does not fit is OOM however long it would take), or skipped (its
+    estimate from ``previous``, times :data:`ESTIMATE_MARGIN`, is over
+    ``max_seconds``).
     """
     try:
         runner = method.prepare(formula, operands, ctx)
@@ -288,40 +279,17 @@ def _prepare(
     cell.needs, cell.memory, cell.memory_source = (
         runner.needs, runner.memory, runner.memory_source,
     )  # fmt: skip
-    if runner.flops is not None:
+    if runner.flops is not None:  # a reference's own work, not the formula's
         cell.flops = runner.flops
     if runner.needs > device.memory:
         cell.status = "oom"
         return None
-    if estimate > max_seconds:
+    cost = _cost(formula, method, cell.flops or 0.0)
+    estimate = _estimate(previous, cost, opts.matmul_gflops * method.speed)
+    if estimate * ESTIMATE_MARGIN > max_seconds:
         cell.status, cell.estimate = "skipped", estimate
         return None
     return runner
-
-
-def _time(
-    cell: Cell,
-    runner: Runner,
-    formula: Formula,
-    operands: Operands,
-    ctx: Context,
-    repeats: int,
-    budget: float,
-) -> np.ndarray | None:
-    """Time one prepared method; fill ``cell``; return its result."""
-    try:
-        timing = time_call(
-            runner.call,
-            repeats=repeats,
-            budget=budget,
-            probe=None if runner.memory is not None else runner.memory_source,
-        )
-    except Exception as e:  # report, keep benchmarking
-        _failed(cell, e)
-        return None
-    cell.seconds, cell.runs = timing.median, timing.runs
-    _record_memory(cell, runner, formula, operands, ctx, timing.peak_bytes)
-    return _to_numpy(timing.result)
 
 
 def _record_memory(
@@ -336,9 +304,9 @@ def _record_memory(
     if runner.memory is None and peak is not None:
         out_bytes = int(np.prod(formula.out_shape)) * operands.numpy[0].itemsize
         cell.memory = max(0, peak - out_bytes)
-    limit = runner.limit if runner.limit is not None else ctx.memory_limit_bytes
-    if limit is not None and cell.memory is not None:
-        cell.over_limit = cell.memory > limit
+    cell.limit = runner.limit if runner.limit is not None else ctx.memory_limit_bytes
+    if cell.limit is not None and cell.memory is not None:
+        cell.over_limit = cell.memory > cell.limit
 
 
 QUIET_SECONDS = 0.1
@@ -354,30 +322,34 @@ turn: the previous method's data left the caches cold (measured: the first of
 two identical einslice plans ran 1.5x slower at n=128)."""
 
 
-def _time_interleaved(
+def _time_rounds(
     prepared: list[tuple[Cell, Runner]],
     formula: Formula,
     operands: Operands,
     ctx: Context,
-    repeats: int,
-    budget: float,
+    opts: _Options,
     bar: _Bar,
+    label: str,
 ) -> dict[str, np.ndarray]:
-    """Warm each runner up, then time them in turns: A B C, B C A, C A B ...
+    """Warm each runner up, then time them in rounds: A B C, B C A, C A B ...
 
-    Each method gets the timed runs :func:`timed_runs` gives it (``repeats``,
-    more for very fast calls, fewer when ``budget`` is short), spread over at
-    most ``repeats`` turns, so load coming and going falls on all alike. A turn
+    Each method gets the timed runs :func:`_runs` gives it (``rounds``, more
+    for fast calls, fewer when ``budget`` is short), spread over at most
+    ``rounds`` turns, so load coming and going falls on all alike. A turn
     starts with a :data:`QUIET_SECONDS` pause and, for fast calls, an untimed
     call, so no method pays for the one before it. A method slower than
-    ``budget`` keeps its warm-up run as the measurement, as :func:`time_call`
-    does.
+    ``budget`` keeps its warm-up run as the measurement; one slower than
+    ``max_seconds`` is marked ``over_time``.
+
+    Returns:
+        Each method's result (from its warm-up run), by name.
     """
     results: dict[str, np.ndarray] = {}
     runs: dict[str, int] = {}
     warm_time: dict[str, float] = {}
     ready: list[tuple[Cell, Runner]] = []
     for cell, runner in prepared:
+        bar.set_description(f"{label} {cell.method}: warm-up")
         try:
             warm = time_call(
                 runner.call, repeats=0, budget=0.0,
@@ -390,15 +362,44 @@ def _time_interleaved(
         _record_memory(cell, runner, formula, operands, ctx, warm.peak_bytes)
         results[cell.method] = _to_numpy(warm.result)
         warm_time[cell.method] = warm.median
-        slow = warm.median >= budget
-        runs[cell.method] = 0 if slow else timed_runs(warm.median, repeats, budget)
+        cell.over_time = warm.median > opts.max_seconds
+        slow = cell.over_time or warm.median >= opts.budget
+        runs[cell.method] = 0 if slow else _runs(warm.median, opts)
         ready.append((cell, runner))
-    times = _timed_turns(ready, runs, warm_time, max(repeats, 1))
+
+    def show(text: str) -> None:
+        bar.set_description(f"{label} {text}")
+
+    turns = _timed_turns(ready, runs, warm_time, opts.rounds, opts.max_seconds, show)
     for cell, _ in ready:
-        timed = times[cell.method] or [warm_time[cell.method]]
+        mine = [t for t in turns[cell.method] if t]
+        timed = [s for t in mine for s in t]
+        if not timed:  # too slow to repeat: the warm-up is the measurement
+            timed, mine = [warm_time[cell.method]], [[warm_time[cell.method]]]
         cell.seconds, cell.runs = statistics.median(timed), len(timed)
+        cell.rounds = [min(t) for t in mine]
         bar.update(1)
     return results
+
+
+TURN_SECONDS = 0.05
+"""Fast calls are repeated within a turn for about this long, and the turn's
+fastest call is its round's time: load on a shared machine comes in bursts
+that only add time, and a lone sub-millisecond call can fall inside one (on
+2 busy cores, einslice vs scan_einsum at n=128 read 1.99x and 1.04x in two
+runs of one call per turn)."""
+
+
+def _runs(seconds: float, opts: _Options) -> int:
+    """Timed runs of a call of ``seconds``, within the budget.
+
+    Enough for every round's turn to last :data:`TURN_SECONDS`, and at least
+    what :func:`timed_runs` gives.
+    """
+    per_run = max(seconds, 1e-9)
+    per_turn = max(1, math.ceil(TURN_SECONDS / per_run))
+    wanted = max(timed_runs(seconds, opts.rounds, opts.budget), opts.rounds * per_turn)
+    return max(1, min(wanted, int(opts.budget / per_run)))
 
 
 def _timed_turns(
@@ -406,26 +407,41 @@ def _timed_turns(
     runs: dict[str, int],
     warm_time: dict[str, float],
     max_turns: int,
-) -> dict[str, list[float]]:
-    """Each method's timed runs, taken in up to ``max_turns`` rotating turns."""
+    max_seconds: float = math.inf,
+    show: Callable[[str], object] | None = None,
+) -> dict[str, list[list[float]]]:
+    """Each method's timed runs, one list per turn, in up to ``max_turns`` turns.
+
+    A method whose call takes longer than ``max_seconds`` gets no further calls
+    (its cell is marked ``over_time``). ``show`` is told what runs now (for
+    the progress bar).
+    """
     turns = {m: min(n, max_turns) for m, n in runs.items()}
-    times: dict[str, list[float]] = {cell.method: [] for cell, _ in ready}
-    for t in range(max(turns.values(), default=0)):
+    total = max(turns.values(), default=0)
+    times: dict[str, list[list[float]]] = {cell.method: [] for cell, _ in ready}
+    for t in range(total):
         # Each round starts one method later, so none is always first.
         shift = t % max(len(ready), 1)
         for cell, runner in ready[shift:] + ready[:shift]:
             method = cell.method
-            if t >= turns[method]:
+            if t >= turns[method] or cell.over_time:
                 continue
+            if show is not None:
+                show(f"{method}: round {t + 1}/{total}")
             # this turn's share of the runs: the first turns take the remainder
             count = runs[method] // turns[method] + (t < runs[method] % turns[method])
             time.sleep(QUIET_SECONDS)
             if warm_time[method] < LEAD_IN_BELOW:
                 runner.call()
+            turn: list[float] = []
             for _ in range(count):
                 start = time.perf_counter()
                 runner.call()
-                times[method].append(time.perf_counter() - start)
+                turn.append(time.perf_counter() - start)
+                if turn[-1] > max_seconds:
+                    cell.over_time = True
+                    break
+            times[method].append(turn)
     return times
 
 
@@ -522,4 +538,5 @@ def _progress_bar(total: int, enabled: bool) -> _Bar:
         from tqdm import tqdm
     except ImportError:
         return _NoBar()
-    return tqdm(total=total, file=sys.stderr, leave=False, unit="run")
+    # left on screen when done: the last line says every run finished
+    return tqdm(total=total, file=sys.stderr, leave=True, unit="run")
