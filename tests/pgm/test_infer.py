@@ -372,7 +372,7 @@ def test_a_small_networks_value_is_walked_on_the_host_unplanned(monkeypatch):
     model = read_uai(SHARED / "Promedus_24.uai")
     for semiring in ("log", "max"):
         walked = _infer._prepare(
-            model, None, semiring, "256MB", "auto", "float32", True
+            model, None, semiring, "256MB", "auto", "float32", value_only=True
         )
         assert walked.walk is not None and walked.plan is None and walked.on_host
         assert walked.walk.peak_bytes <= 256 * 10**6
@@ -383,7 +383,7 @@ def test_a_small_networks_value_is_walked_on_the_host_unplanned(monkeypatch):
         with monkeypatch.context() as patch:
             patch.setattr(_infer, "_quick_walk", lambda *args: None)
             planned = _infer._prepare(
-                model, None, semiring, "256MB", "auto", dtype, True
+                model, None, semiring, "256MB", "auto", dtype, value_only=True
             )
         assert planned.walk is None and planned.plan is not None
         want = _infer._log_partition(planned)
