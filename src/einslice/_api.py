@@ -29,7 +29,7 @@ from ._plan._equation import (
 from ._plan._memory import parse_memory_limit
 from ._plan._order import optimize_key
 from ._plan._planner import make_plan, rank_plans, with_plain_lowerings
-from ._plan._profile import Profile
+from ._plan._profile import Profile, figures_problem
 from ._plan._semiring import Semiring, semiring_named
 from ._plan._types import Placement, Plan
 
@@ -405,17 +405,39 @@ def _plan(
     # (rare: most are hashable by identity) is planned afresh each call.
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
     tune = _tune.check_tune(tune)
-    profile = current_profile() if profile is None else profile
+    profile = current_profile() if profile is None else _checked_profile(profile)
     p = planner(
         equation, itemsize, dtype.name, limit, key, semiring, placement, profile=profile
     )
     if placement.single and planner is make_plan:
-        p = _tuned(p, arrays, tune, key, profile, Config(precision, pet))
+        # wisdom for the default limit is kept as "default": the limit itself
+        # depends on the free memory, which differs from one process to the next
+        limit_key = "default" if memory_limit is None else limit
+        p = _tuned(p, arrays, tune, key, profile, Config(precision, pet), limit_key)
     return p
 
 
+def _checked_profile(profile: object) -> Profile:
+    """``profile`` if the planner can use it; else an error naming what is wrong."""
+    problem = figures_problem(profile)
+    if problem is None:
+        return cast("Profile", profile)
+    error = EinsliceTypeError if not isinstance(profile, Profile) else EinsliceError
+    raise error(
+        f"profile={_short_repr(profile)} cannot be planned for: {problem}; pass "
+        "an einslice.Profile (einslice.calibrate() measures one), or None for "
+        "this device's."
+    )
+
+
 def _tuned(
-    p: Plan, arrays, tune: str, key: object, profile: Profile, config: Config
+    p: Plan,
+    arrays,
+    tune: str,
+    key: object,
+    profile: Profile,
+    config: Config,
+    limit_key: object,
 ) -> Plan:
     """``p``, or the candidate that tuning picks (see ``_exec/_tune.py``)."""
     if tune == "estimate":
@@ -433,7 +455,9 @@ def _tuned(
         arrays,
         candidates,
         lambda plan, ops: _run(plan, config, *ops),
-        lambda: _tune.signature(p, key, profile.device_kind, config.precision),
+        lambda: _tune.signature(
+            p, key, profile.device_kind, config.precision, limit_key
+        ),
     )
 
 
@@ -495,6 +519,11 @@ def _short_repr(x) -> str:
 
 def _as_struct(x, dtype, k: int):
     if isinstance(x, tuple | list) and all(isinstance(d, int | np.integer) for d in x):
+        if any(d < 0 for d in x):
+            raise EinsliceError(
+                f"operand {k} has the shape {_short_repr(x)} with a negative size; "
+                "axis sizes are ints >= 0."
+            )
         return jax.ShapeDtypeStruct(tuple(int(d) for d in x), dtype or jnp.float32)
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return x
