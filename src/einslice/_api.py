@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cache, partial
 from typing import cast
 
@@ -13,7 +14,12 @@ import numpy as np
 from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from ._errors import EinsliceError, EinsliceNotImplementedError, EinsliceTypeError
+from ._errors import (
+    EinsliceError,
+    EinsliceNotImplementedError,
+    EinsliceTypeError,
+    MemoryLimitError,
+)
 from ._exec import _semiring, _tune
 from ._exec._calibrate import current_profile
 from ._exec._run import _run, execute_plan
@@ -26,7 +32,7 @@ from ._plan._equation import (
     parse_interleaved,
     parse_subscripts,
 )
-from ._plan._memory import parse_memory_limit
+from ._plan._memory import format_bytes, parse_memory_limit
 from ._plan._order import optimize_key
 from ._plan._planner import make_plan, rank_plans, with_plain_lowerings
 from ._plan._profile import Profile, figures_problem
@@ -406,15 +412,73 @@ def _plan(
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
     tune = _tune.check_tune(tune)
     profile = current_profile() if profile is None else _checked_profile(profile)
-    p = planner(
-        equation, itemsize, dtype.name, limit, key, semiring, placement, profile=profile
-    )
+    # Operands of another dtype are copied in the result's before the plan
+    # runs: those copies are temporaries too, so the steps get what is left.
+    cast = _cast_bytes(arrays, dtype)
+    try:
+        p = planner(
+            equation,
+            itemsize,
+            dtype.name,
+            max(limit - cast, 1),  # 1: the error then says what the steps need
+            key,
+            semiring,
+            placement,
+            profile=profile,
+        )
+    except MemoryLimitError as error:
+        if not cast:
+            raise
+        raise _cast_limit_error(error, limit, cast, dtype) from None
     if placement.single and planner is make_plan:
         # wisdom for the default limit is kept as "default": the limit itself
         # depends on the free memory, which differs from one process to the next
         limit_key = "default" if memory_limit is None else limit
         p = _tuned(p, arrays, tune, key, profile, Config(precision, pet), limit_key)
-    return p
+    return _with_casts(p, cast, limit)
+
+
+def _cast_bytes(arrays, dtype: np.dtype) -> int:
+    """Bytes of the copies of the operands not already of ``dtype``."""
+    return sum(
+        int(np.prod(np.shape(x))) * dtype.itemsize
+        for x in arrays
+        if np.dtype(getattr(x, "dtype", None) or jnp.result_type(x)) != dtype
+    )
+
+
+def _cast_limit_error(
+    error: MemoryLimitError, limit: int, cast: int, dtype: np.dtype
+) -> MemoryLimitError:
+    """``error`` for a plan whose operands' promotion copies take ``cast`` bytes."""
+    smallest = error.smallest_limit + cast
+    return MemoryLimitError(
+        f"memory_limit={format_bytes(limit)} ({limit} bytes) is below the smallest "
+        f"feasible plan ({format_bytes(smallest)}, {smallest} bytes), "
+        f"{format_bytes(cast)} of which are copies of operands promoted to "
+        f"{dtype.name}; raise the limit, pass the operands as {dtype.name}, or "
+        "pass memory_limit=None.",
+        smallest_limit=smallest,
+        flops=error.flops,
+    )
+
+
+def _with_casts(p: Plan, cast: int, limit: int) -> Plan:
+    """``p`` (planned within ``limit - cast``) as it runs: with the copies.
+
+    The derivative pass holds each copied operand's tangent too.
+    """
+    if not cast:
+        return p
+    return replace(
+        p,
+        memory_limit=limit,
+        cost=replace(p.cost, peak_bytes=p.cost.peak_bytes + cast),
+        tangent_cost=replace(
+            p.tangent_cost, peak_bytes=p.tangent_cost.peak_bytes + 2 * cast
+        ),
+        gradient_limit=p.gradient_limit + 2 * cast,
+    )
 
 
 def _checked_profile(profile: object) -> Profile:
