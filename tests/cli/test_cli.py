@@ -143,7 +143,7 @@ def test_explain_float64(capsys):
         (["bench", "--sizes", "16,abc"], "'abc' is not a positive integer"),
         (["bench", "--sizes", "16,-4"], "'-4' is not a positive integer"),
         (["bench", "--max-seconds", "soon"], "'soon' is not a positive number"),
-        (["bench", "--memory-limit", "lots"], "--memory-limit: 'lots' is not understood"),
+        (["bench", "--memory-limit", "lots"], "'lots' is not understood"),
         (["bench", "--suite", "--only", "nope"], "unknown formula 'nope'"),
         (["bench", "--suite", "--sizes", "16"], "--sizes and --formula"),
         (["explain", "ij->i", "--shape", "i4096"], "'i4096' is not INDEX=SIZE"),

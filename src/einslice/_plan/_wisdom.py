@@ -112,7 +112,7 @@ def import_(source: dict | str | os.PathLike) -> int:
     else:
         where = f"the wisdom file {str(source)!r}"
         data = _read(Path(source), where)
-        if data is None:
+        if data is _UNREADABLE:
             return 0
     entries = _validated(data, where)
     _entries.update(entries)
@@ -169,7 +169,10 @@ def _load(path: Path) -> dict[str, dict]:
         return {}
     where = f"the wisdom file {str(path)!r}"
     data = _read(path, where)
-    return {} if data is None else _validated(data, where)
+    return {} if data is _UNREADABLE else _validated(data, where)
+
+
+_UNREADABLE = object()  # what _read gives for a file it cannot read
 
 
 def _read(path: Path, where: str) -> object:
@@ -177,7 +180,7 @@ def _read(path: Path, where: str) -> object:
         return json.loads(path.read_text())
     except (OSError, ValueError) as error:
         _ignore(where, f"it cannot be read ({error})")
-        return None
+        return _UNREADABLE
 
 
 def _validated(data: object, where: str) -> dict[str, dict]:
