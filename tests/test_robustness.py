@@ -87,7 +87,8 @@ def test_numpy_integer_limits_are_accepted():
     x = jnp.ones((4, 4))
     for limit in (np.int64(10**6), np.int32(10**5), np.prod(x.shape) * 4 * 100):
         np.testing.assert_allclose(
-            einslice.einsum("ij,jk->ik", x, x, memory_limit=limit), x @ x
+            einslice.einsum("ij,jk->ik", x, x, memory_limit=limit),  # pyright: ignore[reportArgumentType]
+            x @ x,
         )
 
 
@@ -96,7 +97,10 @@ def test_a_fractional_byte_limit_is_refused_as_written():
         einslice.EinsliceError, match=r"memory_limit=0\.5 is not a whole"
     ):
         einslice.einsum(
-            "ij,jk->ik", jnp.ones((3, 3)), jnp.ones((3, 3)), memory_limit=0.5
+            "ij,jk->ik",
+            jnp.ones((3, 3)),
+            jnp.ones((3, 3)),
+            memory_limit=0.5,  # pyright: ignore[reportArgumentType]
         )
 
 
@@ -235,7 +239,7 @@ def test_semirings_with_infinities_and_empty_axes_give_no_nan(semiring, f, n, se
     [
         (lambda: einslice.plan("ij,jk->ik", (2, -3), (-3, 1)),
          einslice.EinsliceError, r"shape \(2, -3\) with a negative size"),
-        (lambda: einslice.plan("ij,jk->ik", (2, 3), (3, 1), profile="x"),
+        (lambda: einslice.plan("ij,jk->ik", (2, 3), (3, 1), profile="x"),  # pyright: ignore[reportArgumentType]
          TypeError, "profile='x'"),
         (lambda: einslice.einsum("i...->......i", jnp.ones((2, 3))),
          einslice.EinsliceError, r"'\.\.\.\.\.\.i' has '\.\.\.' more than once"),
