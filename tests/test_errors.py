@@ -196,3 +196,47 @@ def test_float_memory_limits_work_or_raise_einslice_errors(limit):
         einslice.plan("ij,jk->ik", (2, 2), (2, 2), memory_limit=limit)
     except einslice.EinsliceError as e:
         assert repr(limit) in str(e) or str(limit) in str(e), str(e)
+
+
+# --- issue 19's messages: the value named, in the words of the interface -------
+
+
+def test_read_uai_of_a_missing_file_raises_file_not_found(tmp_path):
+    from einslice.pgm import read_uai
+
+    missing = tmp_path / "nope.uai"
+    with pytest.raises(FileNotFoundError, match=r"nope\.uai") as e:
+        read_uai(missing)
+    assert isinstance(e.value, einslice.EinsliceError)
+    assert e.value.filename == str(missing)
+
+
+def test_cli_limit_messages_speak_in_flags(capsys):
+    from einslice._cli import main
+
+    assert main(["explain", "ij,jk->ik", "--shape", "i=64,j=64,k=64",
+                 "--memory-limit", "1"]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "give at least --memory-limit" in err
+    assert "memory_limit=None" not in err
+
+
+def test_cli_uai_negative_limit_must_be_positive(capsys):
+    from pathlib import Path
+
+    from einslice._cli import main
+
+    model = str(Path(__file__).parent / "data" / "chain3.uai")
+    assert main(["uai", model, "--task", "PR", "--memory-limit=-1"]) == 1
+    err = capsys.readouterr().err
+    assert "--memory-limit -1 must be positive" in err
+
+
+def test_explain_says_gradients_raise_when_their_peak_is_above_the_limit(capsys):
+    from einslice._cli import main
+
+    assert main(["explain", "ij,jk,kl->il", "--shape", "i=30,j=30,k=30,l=30",
+                 "--memory-limit", "8kB"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "gradients of this plan (jax.grad, jax.jvp) raise MemoryLimitError" in out
+    assert "give --memory-limit" in out

@@ -15,7 +15,12 @@ import numpy as np
 from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
-from ._errors import EinsliceError, EinsliceNotImplementedError, EinsliceTypeError
+from ._errors import (
+    EinsliceError,
+    EinsliceNotImplementedError,
+    EinsliceTypeError,
+    MemoryLimitError,
+)
 from ._exec import _semiring, _tune
 from ._exec._calibrate import current_profile, platform
 from ._exec._run import _run, execute_plan
@@ -28,10 +33,10 @@ from ._plan._equation import (
     parse_interleaved,
     parse_subscripts,
 )
-from ._plan._memory import parse_memory_limit
+from ._plan._memory import format_bytes, parse_memory_limit
 from ._plan._order import optimize_key
 from ._plan._planner import make_plan, rank_plans, with_plain_lowerings
-from ._plan._profile import Profile
+from ._plan._profile import Profile, figures_problem
 from ._plan._semiring import Semiring, semiring_named
 from ._plan._types import Placement, Plan
 
@@ -444,27 +449,39 @@ def _plan(
     # (rare: most are hashable by identity) is planned afresh each call.
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
     tune = _tune.check_tune(tune)
-    profile = current_profile() if profile is None else profile
+    profile = current_profile() if profile is None else _checked_profile(profile)
     profile = profile.for_precision(_effective_precision(precision))
     if not isinstance(gradient, bool):
         raise EinsliceError(
             f"gradient={gradient!r} is not True or False; pass True when "
             "derivatives of the contraction will be taken."
         )
-    p = planner(
-        equation,
-        itemsize,
-        dtype.name,
-        limit,
-        key,
-        semiring,
-        placement,
-        profile=profile,
-        gradient=gradient,
-    )
+    # Operands of another dtype are copied in the result's before the plan
+    # runs: those copies are temporaries too, so the steps get what is left.
+    cast = _cast_bytes(arrays, dtype)
+    try:
+        p = planner(
+            equation,
+            itemsize,
+            dtype.name,
+            max(limit - cast, 1),  # 1: the error then says what the steps need
+            key,
+            semiring,
+            placement,
+            profile=profile,
+            gradient=gradient,
+        )
+    except MemoryLimitError as error:
+        if not cast:
+            raise
+        raise _cast_limit_error(error, limit, cast, dtype) from None
     if placement.single and planner is make_plan:
+        # wisdom for the default limit is kept as "default": the limit itself
+        # depends on the free memory, which differs from one process to the next
+        limit_key = "default" if memory_limit is None else limit
         config = Config(precision, pet)
-        p = _tuned(p, arrays, tune, key, profile, config, gradient)
+        p = _tuned(p, arrays, tune, key, profile, config, limit_key, gradient)
+    p = _with_casts(p, cast, limit)
     return replace(p, precision=precision, profile=profile)
 
 
@@ -475,6 +492,62 @@ def _effective_precision(precision):
     return precision
 
 
+def _cast_bytes(arrays, dtype: np.dtype) -> int:
+    """Bytes of the copies of the operands not already of ``dtype``."""
+    return sum(
+        int(np.prod(np.shape(x))) * dtype.itemsize
+        for x in arrays
+        if np.dtype(getattr(x, "dtype", None) or jnp.result_type(x)) != dtype
+    )
+
+
+def _cast_limit_error(
+    error: MemoryLimitError, limit: int, cast: int, dtype: np.dtype
+) -> MemoryLimitError:
+    """``error`` for a plan whose operands' promotion copies take ``cast`` bytes."""
+    smallest = error.smallest_limit + cast
+    return MemoryLimitError(
+        f"memory_limit={format_bytes(limit)} ({limit} bytes) is below the smallest "
+        f"feasible plan ({format_bytes(smallest)}, {smallest} bytes), "
+        f"{format_bytes(cast)} of which are copies of operands promoted to "
+        f"{dtype.name}; raise the limit, pass the operands as {dtype.name}, or "
+        "pass memory_limit=None.",
+        smallest_limit=smallest,
+        flops=error.flops,
+    )
+
+
+def _with_casts(p: Plan, cast: int, limit: int) -> Plan:
+    """``p`` (planned within ``limit - cast``) as it runs: with the copies.
+
+    The derivative pass holds each copied operand's tangent too.
+    """
+    if not cast:
+        return p
+    return replace(
+        p,
+        memory_limit=limit,
+        cost=replace(p.cost, peak_bytes=p.cost.peak_bytes + cast),
+        tangent_cost=replace(
+            p.tangent_cost, peak_bytes=p.tangent_cost.peak_bytes + 2 * cast
+        ),
+        gradient_limit=p.gradient_limit + 2 * cast,
+    )
+
+
+def _checked_profile(profile: object) -> Profile:
+    """``profile`` if the planner can use it; else an error naming what is wrong."""
+    problem = figures_problem(profile)
+    if problem is None:
+        return cast("Profile", profile)
+    error = EinsliceTypeError if not isinstance(profile, Profile) else EinsliceError
+    raise error(
+        f"profile={_short_repr(profile)} cannot be planned for: {problem}; pass "
+        "an einslice.Profile (einslice.calibrate() measures one), or None for "
+        "this device's."
+    )
+
+
 def _tuned(
     p: Plan,
     arrays,
@@ -482,6 +555,7 @@ def _tuned(
     key: object,
     profile: Profile,
     config: Config,
+    limit_key: object,
     gradient: bool = False,
 ) -> Plan:
     """``p``, or the candidate that tuning picks (see ``_exec/_tune.py``)."""
@@ -502,7 +576,9 @@ def _tuned(
         arrays,
         candidates,
         lambda plan, ops: _run(plan, config, *ops),
-        lambda: _tune.signature(p, key, profile.device_kind, config.precision),
+        lambda: _tune.signature(
+            p, key, profile.device_kind, config.precision, limit_key
+        ),
         platform(),
     )
 
@@ -567,6 +643,11 @@ def _short_repr(x) -> str:
 
 def _as_struct(x, dtype, k: int):
     if isinstance(x, tuple | list) and all(isinstance(d, int | np.integer) for d in x):
+        if any(d < 0 for d in x):
+            raise EinsliceError(
+                f"operand {k} has the shape {_short_repr(x)} with a negative size; "
+                "axis sizes are ints >= 0."
+            )
         return jax.ShapeDtypeStruct(tuple(int(d) for d in x), dtype or jnp.float32)
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return x

@@ -294,10 +294,10 @@ def _index_sizes(text: str) -> dict[str, int]:
 
 def _memory_limit(text: str) -> str:
     """A memory size einslice understands (``512MB``, ``4GiB``, bytes)."""
-    import einslice
+    from ._plan._memory import memory_limit_bytes
 
-    try:
-        einslice.parse_memory_limit(text)
+    try:  # argparse's message names the option: the value alone here
+        memory_limit_bytes(text, ("{!r}", "leave the option out for its default"))
     except (ValueError, TypeError) as e:
         raise argparse.ArgumentTypeError(" ".join(str(e).split())) from None
     return text
@@ -315,6 +315,32 @@ def _precision(text: str) -> str:
         return text.upper()
     raise argparse.ArgumentTypeError(
         f"{text!r} is not a precision; use one of {', '.join(names + presets)}"
+    )
+
+
+def limit_too_small(error, given: str | None) -> str:
+    """A MemoryLimitError's message in CLI words (``--memory-limit``, not Python).
+
+    Example:
+        >>> from einslice import MemoryLimitError
+        >>> limit_too_small(MemoryLimitError("", smallest_limit=2048), "1kB")
+        '--memory-limit 1kB is below the smallest feasible plan (2.05 kB); \
+give at least --memory-limit 2048, or leave out --memory-limit for the device \
+default.'
+    """
+    from ._plan._memory import format_bytes
+
+    smallest = error.smallest_limit
+    if given is None:
+        return (
+            f"the device's default memory limit is below the smallest feasible "
+            f"plan ({format_bytes(smallest)}); give at least --memory-limit "
+            f"{smallest}."
+        )
+    return (
+        f"--memory-limit {given} is below the smallest feasible plan "
+        f"({format_bytes(smallest)}); give at least --memory-limit {smallest}, "
+        "or leave out --memory-limit for the device default."
     )
 
 
@@ -364,10 +390,28 @@ def _run_explain(args: argparse.Namespace, parser: _Parser) -> int:
             dtype=args.dtype,
             precision=args.precision,
         )
+    except einslice.MemoryLimitError as e:
+        parser.error(limit_too_small(e, args.memory_limit))
     except einslice.EinsliceError as e:
         parser.error(str(e))
     print(plan)
+    if plan.tangent_cost.peak_bytes > plan.memory_limit:
+        print(_gradient_note(plan, args.memory_limit))
     return 0
+
+
+def _gradient_note(plan, given: str | None) -> str:
+    """Why gradients of ``plan`` raise, and which ``--memory-limit`` they need."""
+    from ._plan._memory import format_bytes
+
+    limit = "the default limit" if given is None else f"--memory-limit {given}"
+    needs = format_bytes(plan.tangent_cost.peak_bytes)
+    return (
+        f"\n  Note: the gradient pass needs {needs}, "
+        f"above {limit}: gradients of this plan (jax.grad, jax.jvp) raise "
+        f"MemoryLimitError. For gradients give --memory-limit "
+        f"{plan.gradient_limit} or more; the forward pass alone fits."
+    )
 
 
 def _run_bench(args: argparse.Namespace, argv: Sequence[str], parser: _Parser) -> int:

@@ -22,6 +22,16 @@ class EinsliceNotImplementedError(EinsliceError, NotImplementedError):
     """
 
 
+class EinsliceFileNotFoundError(FileNotFoundError, EinsliceError):
+    """A file einslice was asked to read does not exist (``.filename`` names it).
+
+    Both a FileNotFoundError (what ``open`` raises) and an EinsliceError.
+    """
+
+    def __str__(self) -> str:
+        return f"cannot read {self.filename!r}: {self.strerror}."
+
+
 class MemoryLimitError(EinsliceError):
     """No plan fits ``memory_limit``.
 

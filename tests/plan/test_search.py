@@ -167,7 +167,7 @@ def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
     monkeypatch.undo()
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(_search, "_quick_tree", lambda *args: None)
-    with pytest.warns(RuntimeWarning, match="corrupt search-tree cache file"):
+    with pytest.warns(UserWarning, match="corrupt search-tree cache file"):
         again = search_tree(terms, output, sizes, 4, 2**12)
     assert again == found
     assert json.loads(files[0].read_text())["path"] == [list(p) for p in found.path]

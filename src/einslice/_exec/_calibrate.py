@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._plan._cachedir import cache_dir
-from .._plan._profile import Profile, built_in
+from .._plan._cachedir import CacheWarning, cache_dir, write_atomic
+from .._plan._profile import Profile, built_in, figures_problem
 
 # One timed call of each micro-benchmark lasts at least this long: longer
 # than timer resolution, launch latency and the noise of a shared machine.
@@ -100,10 +100,14 @@ def _load(directory: Path, kind: str, platform: str) -> Profile:
         return default
     try:
         stored = Profile.from_json(path.read_text())
+        problem = figures_problem(stored)
+        if problem is not None:
+            raise ValueError(problem)
     except (OSError, ValueError, TypeError) as error:
         warnings.warn(
             f"ignoring the einslice profile {str(path)!r}: it cannot be read "
             f"({error}); run einslice.calibrate() to measure this device again.",
+            CacheWarning,
             stacklevel=3,
         )
         return default
@@ -112,6 +116,7 @@ def _load(directory: Path, kind: str, platform: str) -> Profile:
             f"ignoring the einslice profile {str(path)!r}: it describes "
             f"{stored.device_kind!r}, not this device {kind!r}; run "
             "einslice.calibrate() to measure this device.",
+            CacheWarning,
             stacklevel=3,
         )
         return default
@@ -171,11 +176,7 @@ def calibrate(
         launch_seconds=launch,
     )
     if save:
-        path = profile_path(kind)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(profile.to_json())
-        temporary.replace(path)
+        write_atomic(profile_path(kind), profile.to_json())  # or one warning
         _load.cache_clear()
     return profile
 

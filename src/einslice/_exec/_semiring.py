@@ -115,7 +115,23 @@ def _log_sum_jvp(axes, primals, tangents):
 
 def elementwise(ring: Semiring, left: jax.Array, right: jax.Array) -> jax.Array:
     """The semiring product of two broadcast-compatible arrays."""
-    return left * right if ring.multiplies else left + right
+    return left * right if ring.multiplies else annihilating_add(left, right)
+
+
+def annihilating_add(left: jax.Array, right: jax.Array) -> jax.Array:
+    """``left + right``, but -inf (the log and max zero) where either is -inf.
+
+    The semiring's zero annihilates: an empty sum (-inf) times +inf is the
+    zero, not the NaN that ``inf + -inf`` gives. (XLA fuses the select.)
+
+    Example:
+        >>> annihilating_add(jnp.array([jnp.inf, 1.0]), jnp.array(-jnp.inf)).tolist()
+        [-inf, -inf]
+    """
+    total = left + right
+    if not jnp.issubdtype(total.dtype, jnp.floating):
+        return total
+    return jnp.where((left == -jnp.inf) | (right == -jnp.inf), -jnp.inf, total)
 
 
 def pair(
@@ -301,7 +317,7 @@ def _union_reduce(left, right, dims: DimensionNumbers, reduce_axes) -> jax.Array
     rhs = jnp.transpose(right, (*right_b, *right_free, *right_c))
     lhs = lhs.reshape(lhs.shape[: n_b + n_l] + (1,) * n_r + lhs.shape[n_b + n_l :])
     rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
-    total = lhs + rhs
+    total = annihilating_add(lhs, rhs)
     return reduce_axes(total, tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)))
 
 
@@ -358,7 +374,8 @@ def _log_dot_jvp_impl(left, right, t_left, t_right, dims, precision):
         finite_l = jnp.isfinite(left).astype(total.dtype)
         finite_r = jnp.isfinite(right).astype(total.dtype)
         support = dot(finite_l, finite_r, dims, precision=precision)
-        bad = (total < tiny) & (support > 0)
+        # NaN: +inf beside an exact zero (a -inf) in the same product
+        bad = ((total < tiny) & (support > 0)) | jnp.isnan(total)
 
         def exact(out):
             return jnp.where(bad, _exact_log_dot(left, right, dims), out)
@@ -368,7 +385,7 @@ def _log_dot_jvp_impl(left, right, t_left, t_right, dims, precision):
     # The repair takes primal values only: a lax.cond with tangent operands
     # would make reverse mode store its residuals once per chunk.
     out = jnp.log(total) + shift
-    out = lax.cond(jnp.any(total < tiny), repair, lambda o: o, out)
+    out = lax.cond(jnp.any(~(total >= tiny)), repair, lambda o: o, out)
     if t_left is None:
         return out, None
     tangent = dot(exp_l * t_left, exp_r, dims, precision=precision)
@@ -405,7 +422,7 @@ def _exact_log_dot(left, right, dims: DimensionNumbers):
     lhs, rhs = as_lhs(left), as_rhs(right)
 
     def term(k):
-        return lhs[:, k, :, None] + rhs[:, k, None, :]
+        return annihilating_add(lhs[:, k, :, None], rhs[:, k, None, :])
 
     def add_term(acc, k):
         return jnp.logaddexp(acc, term(k)), None

@@ -331,9 +331,17 @@ def _from_wisdom(
 
 
 def signature(
-    plan: Plan, optimize_key: object, device_kind: str, precision: object
+    plan: Plan,
+    optimize_key: object,
+    device_kind: str,
+    precision: object,
+    limit_key: object = None,
 ) -> str:
-    """The wisdom key: what the measured choice depends on."""
+    """The wisdom key: what the measured choice depends on.
+
+    ``limit_key`` stands for the memory limit when given ("default" for the
+    device default, which changes with the free memory from run to run).
+    """
     eq = plan.equation
     return json.dumps(
         [
@@ -341,7 +349,7 @@ def signature(
             [list(s) for s in eq.shapes],
             plan.dtype,
             plan.semiring,
-            plan.memory_limit,
+            plan.memory_limit if limit_key is None else limit_key,
             repr(optimize_key),
             plan.devices,
             device_kind,

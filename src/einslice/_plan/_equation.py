@@ -24,6 +24,7 @@ def parse_subscripts(subscripts: str, n_operands: int) -> Spec:
         >>> parse_subscripts("ij,jk->ik", 2)
         ((('i', 'j'), ('j', 'k')), ('i', 'k'))
     """
+    _check_characters(subscripts)
     text = "".join(subscripts.split())
     if text.count("->") > 1:
         raise EinsliceError(
@@ -40,6 +41,20 @@ def parse_subscripts(subscripts: str, n_operands: int) -> Spec:
         )
     output = _parse_term(rhs, subscripts) if arrow else None
     return terms, output
+
+
+def _check_characters(subscripts: str) -> None:
+    """Refuse a character that is no index, separator, arrow, dot or space.
+
+    Indices are letters or digits (as ``jnp.einsum`` takes them).
+    """
+    for position, char in enumerate(subscripts):
+        if not (char.isalnum() or char.isspace() or char in _RESERVED):
+            raise EinsliceError(
+                f"subscripts {subscripts!r} have an illegal character {char!r} at "
+                f"position {position}; indices are letters, '...' stands for "
+                "broadcast axes, ',' separates operands and '->' starts the output."
+            )
 
 
 def _parse_term(term: str, subscripts: str) -> tuple[Label, ...]:
@@ -213,6 +228,11 @@ def _explicit_output(
     ellipsis_labels: Sequence[Label],
 ) -> list[Label]:
     """Expand the output's '...' and check each index is an input's, used once."""
+    if out_term.count(Ellipsis) > 1:
+        raise EinsliceError(
+            f"the output {_show(out_term)!r} has '...' more than once; one '...' "
+            "stands for all broadcast axes."
+        )
     output: list[Label] = []
     for label in out_term:
         if label is Ellipsis:

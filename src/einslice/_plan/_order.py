@@ -486,6 +486,10 @@ def _chain_order(
 ) -> tuple[int, ...]:
     """The order for ``node`` that its elementwise consumer will want to write."""
     result_set = tree.label_sets[node]
+    if node != len(node_terms):
+        # A look-ahead past a step not laid out yet (its partner is made
+        # later): positions in ``node_terms`` would no longer be nodes.
+        return tuple(every)
     provisional = [*node_terms, tuple(every)]
 
     def rank(k: int) -> int:  # not laid out yet: 0

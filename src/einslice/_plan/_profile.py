@@ -230,6 +230,43 @@ def precision_key(precision: object) -> str:
     return _PRECISION_ALIASES.get(text.lower(), text)
 
 
+def figures_problem(profile: object) -> str | None:
+    """What makes ``profile`` unusable for planning, or None if nothing does.
+
+    Rates (``*_flops``, ``*_bandwidth``) must be positive, every other figure
+    finite and >= 0 (only fresh pages may come at an infinite bandwidth);
+    the time model divides by the rates.
+
+    Example:
+        >>> figures_problem(CPU_DEFAULT) is None
+        True
+        >>> from dataclasses import replace
+        >>> figures_problem(replace(CPU_DEFAULT, matmul_flops=0.0))
+        'matmul_flops is 0.0, not a positive rate'
+    """
+    if not isinstance(profile, Profile):
+        return f"it is a {type(profile).__name__}, not an einslice.Profile"
+    for field in fields(Profile):
+        value = getattr(profile, field.name)
+        if isinstance(value, str):
+            continue
+        if field.name == "matmul_rates":  # (precision name, FLOP/s) pairs
+            bad = [r for _, r in value if not (0 < r < math.inf)]
+            if bad:
+                return f"matmul_rates has {bad[0]!r}, not a positive rate"
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return f"{field.name} is {value!r}, not a number"
+        rate = field.name.endswith(("_flops", "_bandwidth"))
+        if rate and not value > 0:
+            return f"{field.name} is {value!r}, not a positive rate"
+        if not value >= 0:
+            return f"{field.name} is {value!r}, not >= 0"
+        if math.isinf(value) and field.name != "fresh_page_bandwidth":
+            return f"{field.name} is {value!r}, not finite"
+    return None
+
+
 # Measured on the 2-core x86 CPU einslice was developed on (XLA CPU): ~300
 # GFLOP/s for large float32 products; ~30 GB/s from DRAM, ~60 GB/s from a
 # share of the 32 MB last-level cache, ~120 GB/s from the 2 x 2 MB L2 caches,

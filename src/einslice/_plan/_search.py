@@ -41,7 +41,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import random
 import time
 import warnings
@@ -53,7 +52,7 @@ from typing import TYPE_CHECKING, cast
 from .._errors import EinsliceError
 from . import _elimination as elimination
 from . import _kahypar as kahypar
-from ._cachedir import cache_dir
+from ._cachedir import CacheWarning, cache_dir, write_atomic
 from ._cost import Body, cached_cost, chunked_sizes, evaluate, ranking
 from ._order import cached_steps, to_steps
 from ._profile import CPU_DEFAULT, Profile
@@ -258,7 +257,7 @@ def _cached(key: tuple, search_seconds: float) -> Found:
     if quick is not None:
         return quick
     disk = cache_dir() / "trees" / f"{_digest(key)}.json"
-    found = _load(disk)
+    found = _load(disk, len(terms), len(sizes))
     if found is not None:
         return found
     found, complete = _search(*key, search_seconds=search_seconds)
@@ -275,14 +274,15 @@ def _digest(key: tuple) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _load(file) -> Found | None:
+def _load(file, n_terms: int, n_indices: int) -> Found | None:
+    """The tree stored in ``file``, if there is one and it fits the network."""
     try:
         text = file.read_text()
     except OSError:
         return None
     try:
         data = json.loads(text)
-        return Found(
+        found = Found(
             path=tuple(tuple(int(p) for p in step) for step in data["path"]),
             sliced=tuple(int(i) for i in data["sliced"]),
             flops=float(data["flops"]),
@@ -290,14 +290,36 @@ def _load(file) -> Found | None:
             trials=int(data["trials"]),
             peak_bytes=int(data["peak_bytes"]),
         )
-    except (ValueError, KeyError, TypeError) as error:
+        _check_found(found, n_terms, n_indices)
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         warnings.warn(
             f"ignoring the corrupt search-tree cache file {str(file)!r} ({error}); "
             "the tree is searched again and the file rewritten.",
-            RuntimeWarning,
+            CacheWarning,
             stacklevel=4,
         )
         return None
+    return found
+
+
+def _check_found(found: Found, n_terms: int, n_indices: int) -> None:
+    """ValueError unless ``found`` is a whole pairwise path with valid figures."""
+    alive = n_terms
+    for step in found.path:
+        if (
+            len(step) != 2
+            or step[0] == step[1]
+            or not 0 <= min(step) <= max(step) < alive
+        ):
+            raise ValueError(f"step {list(step)} is not a pair of {alive} nodes")
+        alive -= 1
+    if n_terms > 1 and alive != 1:
+        raise ValueError(f"the path leaves {alive} nodes, not 1")
+    if not all(0 <= i < n_indices for i in found.sliced):
+        raise ValueError(f"sliced indices {list(found.sliced)} out of range")
+    figures = (found.flops, found.time, found.peak_bytes, found.trials)
+    if not all(math.isfinite(x) and x >= 0 for x in figures):
+        raise ValueError(f"figures {figures} are not finite and >= 0")
 
 
 def _store(file, found: Found) -> None:
@@ -309,13 +331,7 @@ def _store(file, found: Found) -> None:
         "trials": found.trials,
         "peak_bytes": found.peak_bytes,
     }
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        partial = file.with_suffix(f".{os.getpid()}.tmp")  # processes may race
-        partial.write_text(json.dumps(data))
-        partial.replace(file)
-    except OSError:  # a read-only cache costs a re-search, nothing more
-        pass
+    write_atomic(file, json.dumps(data))  # unwritable: a re-search, one warning
 
 
 def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):

@@ -80,6 +80,10 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
         if not isinstance(e, einslice.EinsliceError):
             raise
         message = " ".join(str(e).split())
+        if isinstance(e, einslice.MemoryLimitError):
+            from .._cli import limit_too_small
+
+            message = limit_too_small(e, args.memory_limit)
         print(f"einslice uai: error: {message}", file=sys.stderr)
         return 1
     if args.output:
@@ -95,16 +99,15 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
 def _solve(args: argparse.Namespace, progress: _Progress) -> str:
     import jax
 
-    import einslice
-
+    from .._plan._memory import CLI_NAMING, memory_limit_bytes
     from . import _infer
     from ._uai import read_evidence, read_uai
 
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
-    limit = None if args.memory_limit is None else args.memory_limit
+    limit = args.memory_limit
     if isinstance(limit, str):
-        limit = einslice.parse_memory_limit(limit)
+        limit = memory_limit_bytes(limit, CLI_NAMING)
     model = read_uai(args.model)
     evidence = read_evidence(args.evid) if args.evid else {}
     progress(

@@ -14,6 +14,7 @@ the last variable varying fastest).
 
 from __future__ import annotations
 
+import errno
 import gzip
 import math
 import os
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._errors import EinsliceError
+from .._errors import EinsliceError, EinsliceFileNotFoundError
 from ._model import Factor, FactorGraph
 
 __all__ = ["parse_evidence", "parse_uai", "read_evidence", "read_uai"]
@@ -39,6 +40,7 @@ def read_uai(path: str | os.PathLike[str]) -> FactorGraph:
         The `FactorGraph`; variable ``i`` of the file is position ``i``.
 
     Raises:
+        FileNotFoundError: no file at ``path`` (also an EinsliceError).
         EinsliceError: on a malformed file, naming the line and what was expected.
 
     Example:
@@ -62,6 +64,7 @@ def read_evidence(path: str | os.PathLike[str]) -> dict[int, int]:
         A dict from variable position to observed state, to pass as ``evidence=``.
 
     Raises:
+        FileNotFoundError: no file at ``path`` (also an EinsliceError).
         EinsliceError: on a malformed file, naming the line and what was expected.
 
     Example:
@@ -411,6 +414,10 @@ def _read_text(path: str | os.PathLike[str]) -> str:
     try:
         with open(path, "rb") as f:
             raw = f.read()
+    except FileNotFoundError:
+        raise EinsliceFileNotFoundError(
+            errno.ENOENT, "no such file; check the path", os.fspath(path)
+        ) from None
     except OSError as e:
         raise EinsliceError(f"cannot read {os.fspath(path)!r}: {e.strerror}.") from None
     if raw[:2] == b"\x1f\x8b":
