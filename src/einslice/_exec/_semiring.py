@@ -132,7 +132,7 @@ def pair(
     """
     (left_c, _), _ = dims
     entries = prod(left.shape[a] for a in left_c)
-    if ring.selective and entries > MAX_TILE:
+    if ring.selective and entries > 1:
         return max_plus_dot(left, right, dims)
     if ring.contracts_by_union(entries):
         return _union_reduce(left, right, dims, _REDUCE[ring])
