@@ -48,7 +48,9 @@ def operands(shapes, seed=0):
     import jax.numpy as jnp
 
     keys = jax.random.split(jax.random.key(seed), len(shapes))
-    return [jax.random.normal(k, s, jnp.float32) for k, s in zip(keys, shapes)]
+    return [
+        jax.random.normal(k, s, jnp.float32) for k, s in zip(keys, shapes, strict=True)
+    ]
 
 
 def compare(einslice, equation, shapes, limit, reps):
@@ -123,7 +125,8 @@ def main(argv=None):
         t, m = compare(einslice, equation, shapes, limit, args.reps)
         lines.append(
             f"| {label} | {t['sum']:.4f} | {t['max']:.4f} | "
-            f"{t['max'] / t['sum']:.2f}x | {m['sum'] / 1e6:.1f} / {m['max'] / 1e6:.1f} |"
+            f"{t['max'] / t['sum']:.2f}x | "
+            f"{m['sum'] / 1e6:.1f} / {m['max'] / 1e6:.1f} |"
         )
         print(lines[-1], flush=True)
     if args.pgm:

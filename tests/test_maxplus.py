@@ -1,4 +1,4 @@
-"""Blocked max-plus products (issue 20): values vs numpy float64, gradients vs the union rule."""
+"""Blocked max-plus products (issue 20): values vs numpy, gradients vs the union."""
 
 from __future__ import annotations
 

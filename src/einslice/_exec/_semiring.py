@@ -368,8 +368,8 @@ def _max_plus_blocked(lhs: jax.Array, rhs: jax.Array) -> jax.Array:
 
     def block(rhs_block):
         def add_tile(acc, tile_pair):
-            l, r = tile_pair
-            terms = [l[s][:, None] + r[s][None, :] for s in range(tile)]
+            lt, rt = tile_pair
+            terms = [lt[s][:, None] + rt[s][None, :] for s in range(tile)]
             while len(terms) > 1:
                 pairs = range(0, len(terms) - 1, 2)
                 terms = [jnp.maximum(terms[i], terms[i + 1]) for i in pairs] + (
