@@ -147,7 +147,10 @@ def pair(
     free, right free. Steps that contract nothing go through ``elementwise``.
     """
     (left_c, _), _ = dims
-    if ring.contracts_by_union(prod(left.shape[a] for a in left_c)):
+    entries = prod(left.shape[a] for a in left_c)
+    if ring.selective and entries > 1:
+        return max_plus_dot(left, right, dims)
+    if ring.contracts_by_union(entries):
         return _union_reduce(left, right, dims, _REDUCE[ring])
     if ring.shifted_exp_dot:
         return log_dot(left, right, dims, config.precision)
@@ -319,6 +322,91 @@ def _union_reduce(left, right, dims: DimensionNumbers, reduce_axes) -> jax.Array
     rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
     total = annihilating_add(lhs, rhs)
     return reduce_axes(total, tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)))
+
+
+# Max-plus products run blocked (issue 20): the contracted axis in tiles of
+# MAX_TILE, each tile's terms added and maxed in one elementwise fusion (XLA
+# vectorizes it along the output's minor axis), the output in column blocks
+# of MAX_COLUMNS so one tile of the right side stays in the L1 cache. Measured
+# on a 1024^2 product (2-core EPYC): 1.7x the float matmul, against 6-9x for
+# a fused reduce of the union (tiles of 16..256) and 27x before.
+MAX_TILE = 16
+MAX_COLUMNS = 256
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def max_plus_dot(left, right, dims: DimensionNumbers) -> jax.Array:
+    """Max over the contracted axes of left + right, laid out as ``dot_general``.
+
+    Never materializes the union of the two sides' indices. The derivative is
+    the union rule's (``max_first``: the first maximizing entry).
+
+    Example:
+        >>> x, y = jnp.array([[0.0, 5.0]]), jnp.array([[1.0], [0.0]])
+        >>> max_plus_dot(x, y, (((1,), (0,)), ((), ()))).tolist()
+        [[5.0]]
+    """
+    (left_c, right_c), (left_b, right_b) = dims
+    left_f = [a for a in range(left.ndim) if a not in left_c and a not in left_b]
+    right_f = [a for a in range(right.ndim) if a not in right_c and a not in right_b]
+    shape = (
+        *(left.shape[a] for a in left_b),
+        *(left.shape[a] for a in left_f),
+        *(right.shape[a] for a in right_f),
+    )
+    n_b = prod(left.shape[a] for a in left_b)
+    n_m = prod(left.shape[a] for a in left_f)
+    n_n = prod(right.shape[a] for a in right_f)
+    n_k = prod(left.shape[a] for a in left_c)
+    dtype = jnp.result_type(left, right)
+    if n_k == 0 or 0 in shape:
+        return jnp.full(shape, -jnp.inf, dtype)
+    lhs = jnp.transpose(left, (*left_b, *left_c, *left_f)).reshape(n_b, n_k, n_m)
+    rhs = jnp.transpose(right, (*right_b, *right_c, *right_f)).reshape(n_b, n_k, n_n)
+    out = jax.vmap(_max_plus_blocked)(lhs.astype(dtype), rhs.astype(dtype))
+    return out.reshape(shape)
+
+
+def _max_plus_blocked(lhs: jax.Array, rhs: jax.Array) -> jax.Array:
+    """``max_k lhs[k, m] + rhs[k, n]`` of a ``[K, M]`` and a ``[K, N]`` array."""
+    n_k, n_m = lhs.shape
+    n_n = rhs.shape[1]
+    tile = min(MAX_TILE, n_k)
+    pad_k = -n_k % tile
+    cols = min(MAX_COLUMNS, n_n)
+    pad_n = -n_n % cols
+    lhs = jnp.pad(lhs, ((0, pad_k), (0, 0)), constant_values=-jnp.inf)
+    rhs = jnp.pad(rhs, ((0, pad_k), (0, pad_n)), constant_values=-jnp.inf)
+    tiles = (n_k + pad_k) // tile
+    lhs = lhs.reshape(tiles, tile, n_m)
+    blocks = rhs.reshape(tiles, tile, (n_n + pad_n) // cols, cols)
+    blocks = jnp.transpose(blocks, (2, 0, 1, 3))  # [column block, tile, k, col]
+
+    def block(rhs_block):
+        def add_tile(acc, tile_pair):
+            lt, rt = tile_pair
+            terms = [lt[s][:, None] + rt[s][None, :] for s in range(tile)]
+            while len(terms) > 1:
+                pairs = range(0, len(terms) - 1, 2)
+                terms = [jnp.maximum(terms[i], terms[i + 1]) for i in pairs] + (
+                    [terms[-1]] if len(terms) % 2 else []
+                )
+            return jnp.maximum(acc, terms[0]), None
+
+        init = jnp.full((n_m, cols), -jnp.inf, lhs.dtype)
+        return lax.scan(add_tile, init, (lhs, rhs_block))[0]
+
+    out = lax.map(block, blocks) if blocks.shape[0] > 1 else block(blocks[0])[None]
+    out = jnp.transpose(out, (1, 0, 2)).reshape(n_m, -1)
+    return out[:, :n_n]
+
+
+@max_plus_dot.defjvp
+def _max_plus_dot_jvp(dims, primals, tangents):
+    def union(left, right):
+        return _union_reduce(left, right, dims, max_first)
+
+    return jax.jvp(union, primals, tangents)
 
 
 def _log_dot_parts(left, right, dims, precision):

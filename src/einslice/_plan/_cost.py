@@ -189,7 +189,7 @@ def peak_bytes(
     (arguments as for ``evaluate``).
     """
     local = chunked_sizes(sizes, chunks)
-    peak, live = _steps_peak(body, tuple(sorted(chunks)), tuple(local))
+    peak, live = _steps_peak(body, tuple(sorted(chunks)), tuple(local), tangent)
     block = _numel(body.output, local)
     if tuple(_final_term(body)) != tuple(body.output) and chunks:
         peak = max(peak, live + block)  # the block in output order
@@ -202,7 +202,7 @@ def peak_bytes(
 
 @lru_cache(maxsize=64)
 def _steps_peak(
-    body: Body, chunks: tuple[int, ...], local: tuple[int, ...]
+    body: Body, chunks: tuple[int, ...], local: tuple[int, ...], tangent: bool = False
 ) -> tuple[int, int]:
     """Peak entries alive while a chunk's steps run, and those alive after them.
 
@@ -228,7 +228,7 @@ def _steps_peak(
         size_out = _numel(step.result, local)
         if not chunks and s == len(body.steps) - 1 and step.result == body.output:
             size_out = 0  # the last step writes the output buffer itself
-        transient = _step_transient(ring, step, left, right, local)
+        transient = _step_transient(ring, step, left, right, local, tangent)
         peak = max(peak, live + transient + size_out)
         live += (
             size_out
@@ -244,9 +244,15 @@ def _step_transient(
     left: tuple[int, ...],
     right: tuple[int, ...],
     local: Sequence[int],
+    tangent: bool = False,
 ) -> int:
     """Entries a step holds beside its result: copies of its sides, scratch."""
     size_l, size_r = _numel(left, local), _numel(right, local)
+    if step.contracted and ring.selective and not tangent:
+        # blocked max-plus (_exec/_semiring.max_plus_dot): padded and
+        # transposed sides, the column blocks and their transpose; its
+        # derivative still reduces the union (below).
+        return 2 * (size_l + size_r) + 2 * _numel(step.result, local)
     if step.contracted and ring.contracts_by_union(_numel(step.contracted, local)):
         return 2 * _numel(_unique(left + right), local)
     if step.contracted and ring.shifted_exp_dot:
