@@ -434,9 +434,7 @@ def _tangent_slicing(
     limit = max(memory_limit - room, 0)
     steps = len(body.steps)
     candidates = _candidates(body, sizes)
-    found = choose_slicing(
-        cost, sizes, candidates, limit, profile=profile, steps=steps
-    )
+    found = choose_slicing(cost, sizes, candidates, limit, profile=profile, steps=steps)
     if found.fits or not seeds:
         return found
     wider = list(dict.fromkeys([*seeds, *candidates]))
