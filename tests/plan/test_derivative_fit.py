@@ -12,7 +12,6 @@ from hypothesis import strategies as st
 
 import einslice
 from einslice import profiles
-
 from strategies import sliceable_equations
 
 PROFILES = [profiles.CPU, profiles.GPU]
