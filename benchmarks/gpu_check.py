@@ -130,7 +130,8 @@ def _tf32_x3(einslice, n, gpu, report) -> None:
     want = np.einsum(SEED, *[x.astype(np.float64) for x in small], optimize=True)
     err = float(np.abs(got - want).max() / np.abs(want).max())
     report(f"TF32_TF32_F32_X3 n={n}",
-           f"{seconds:.3g} s (<= 5 s), rel. error {err:.2g} at n=256 vs float64 (<= 1e-6)",
+           f"{seconds:.3g} s (<= 5 s), rel. error {err:.2g} at n=256 "
+           "vs float64 (<= 1e-6)",
            seconds <= 5 and err <= 1e-6)  # fmt: skip
 
 
@@ -166,7 +167,8 @@ def _suite(gpu, report) -> None:
     if not gpu:
         formulas = [f.scaled(0.5) for f in formulas]
     cells = _run.run(formulas, methods, ctx, device, matmul_gflops=1.0,
-                     max_seconds=20.0, repeats=3, budget=1.0, progress=False)  # fmt: skip
+                     max_seconds=20.0, repeats=3, budget=1.0,
+                     progress=False)  # fmt: skip
     names = [m.name for m in methods if m.name != "einslice"]
     comparisons = _report.compare(cells, "einslice", names)
     ratios = [c.speedup for c in comparisons if c.speedup]
