@@ -8,7 +8,8 @@ machine; ``einslice.calibrate()`` measures this device's own.
 
 Example:
     >>> import einslice
-    >>> p = einslice.plan("ij,jk->ik", (64, 64), (64, 64), profile=einslice.profiles.GPU)
+    >>> gpu = einslice.profiles.GPU
+    >>> p = einslice.plan("ij,jk->ik", (64, 64), (64, 64), profile=gpu)
     >>> einslice.profiles.GPU.device_kind, p.flops
     ('gpu', 524288)
 """

@@ -486,7 +486,9 @@ def _fit_derivative(args: tuple, profile: Profile, found: _Found) -> Plan | None
         body, sizes = tight.body, equation.sizes
         seeds = tight.forward.chunks
         forward = choose_slicing(
-            lambda c, body=body: cached_cost(body, sizes, c, itemsize, profile),
+            lambda c, body=body, sizes=sizes: cached_cost(
+                body, sizes, c, itemsize, profile
+            ),
             sizes,
             list(dict.fromkeys([*seeds, *_candidates(body, sizes)])),
             limit,
