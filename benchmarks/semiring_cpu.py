@@ -131,8 +131,8 @@ def main(argv=None):
         import torch_semiring_einsum as tse
     except ImportError:
         lines.append(
-            "torch_semiring_einsum is not installed (pip install 'einslice[bench]'); "
-            "comparison skipped."
+            "torch_semiring_einsum is not installed (pip install -e '.[bench]' "
+            "in einslice's clone); comparison skipped."
         )
     else:
         small = operands(args.n_torch, seed=1)

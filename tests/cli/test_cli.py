@@ -122,8 +122,8 @@ def test_missing_peer_is_reported_not_fatal(tmp_path, capsys, monkeypatch):
     out, err = capsys.readouterr()
     assert code == 0
     assert "torch.einsum is missing" in err
-    assert "pip install 'einslice[bench]'" in err
-    assert "pip install 'einslice[bench]'" in out  # noted under the tables too
+    assert "pip install -e '.[bench]'" in err
+    assert "pip install -e '.[bench]'" in out  # noted under the tables too
     status = {r["method"]: r["status"] for r in _rows(tmp_path / "seed.csv")}
     assert status == {
         "einslice": "ok",

@@ -21,7 +21,8 @@ import numpy as np
 from ._seed import SEED_SUBSCRIPTS
 from ._suite import Formula
 
-PIP_HINT = "pip install 'einslice[bench]'"
+# einslice is installed from its clone (it is not on PyPI): the bench extra there.
+PIP_HINT = "pip install -e '.[bench]' in einslice's clone"
 
 
 class NotApplicable(Exception):  # a status, not an error
