@@ -58,8 +58,14 @@ def run_one(path: Path, task: str, limit: str) -> None:
     import numpy as np
 
     from einslice import MemoryLimitError
-    from einslice.pgm import _infer, log_partition, map_assignment, marginals
-    from einslice.pgm import read_evidence, read_uai
+    from einslice.pgm import (
+        _infer,
+        log_partition,
+        map_assignment,
+        marginals,
+        read_evidence,
+        read_uai,
+    )
 
     model = read_uai(path)
     evid_path = path.with_name(path.name + ".evid")
@@ -241,9 +247,9 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
         if args.out:  # rewritten after each instance: a partial sweep is kept
-            text = table(rows, args.memory_limit, args.timeout) + [""] + summary(rows)
+            text = [*table(rows, args.memory_limit, args.timeout), "", *summary(rows)]
             args.out.write_text("\n".join(text) + "\n")
-    text = table(rows, args.memory_limit, args.timeout) + [""] + summary(rows)
+    text = [*table(rows, args.memory_limit, args.timeout), "", *summary(rows)]
     if not args.out:
         print("\n".join(text))
 
