@@ -30,6 +30,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -135,15 +136,23 @@ def sweep_one(path: Path, task: str, limit: str, timeout: float) -> dict:
     cmd += ["--memory-limit", limit]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     row: dict = {"instance": path.name[: -len(".uai")], "status": "error"}
-    try:
-        out = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=env
-        )
-        stdout, stderr = out.stdout, out.stderr
-    except subprocess.TimeoutExpired as e:
-        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
-        stderr = ""
-        row["status"] = "timeout"
+    # stdout to a file: what a child printed before its timeout is kept
+    with tempfile.TemporaryFile("w+") as out:
+        try:
+            done = subprocess.run(
+                cmd,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=timeout,
+                env=env,
+            )
+            stderr = done.stderr
+        except subprocess.TimeoutExpired:
+            stderr = ""
+            row["status"] = "timeout"
+        out.seek(0)
+        stdout = out.read()
     for line in stdout.splitlines():
         if line.startswith("ROW "):
             row.update(json.loads(line[4:]))
