@@ -60,6 +60,8 @@ def run_one(path: Path, task: str, limit: str) -> None:
 
     from einslice import MemoryLimitError
     from einslice.pgm import (
+        MapResult,
+        Marginals,
         _infer,
         log_partition,
         map_assignment,
@@ -96,6 +98,7 @@ def run_one(path: Path, task: str, limit: str) -> None:
     flops = plan.flops if plan is not None else getattr(walk, "flops", 0)
     _emit(flops=flops)
     if task == "MAR":
+        assert isinstance(result, Marginals)
         errors = [abs(float(m.sum()) - 1) for m in result.variables.values()]
         worst = max(errors, default=0.0)
         rng = np.random.default_rng(0)
@@ -111,11 +114,13 @@ def run_one(path: Path, task: str, limit: str) -> None:
         ok = worst < 1e-4 and identity < 1e-3
         _emit(check=f"{'ok' if ok else 'FAIL'} Σ−1 {worst:.0e}, Z-ratio {identity:.0e}")
     elif task == "PR":
+        assert isinstance(result, float)
         ref = log_partition(model, evidence, memory_limit=limit, dtype="float64")
         err = abs(result - ref) if math.isfinite(ref) else float(result != ref)
         tol = 1e-3 * max(1.0, abs(ref)) if math.isfinite(ref) else 0
         _emit(check=f"{'ok' if err <= tol else 'FAIL'} |f32−f64| {err:.0e}")
     else:
+        assert isinstance(result, MapResult)
         states = [result.assignment[i] for i in range(model.num_variables)]
         score = model.log_score(states)
         if True:
@@ -235,7 +240,7 @@ def summary(rows: list[dict]) -> list[str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("dir", type=Path, nargs="?", default=Path("."))
     ap.add_argument("--task", choices=("MAR", "PR", "MAP"), default="MAR")
     ap.add_argument("--memory-limit", default="1GB")

@@ -52,7 +52,7 @@ def _check_identities(name: str, limit: str, picks: int) -> None:
     model, evidence = _load(name)
     result = marginals(model, evidence, memory_limit=limit)
     for var, p in result.variables.items():
-        assert p.shape == (model.cardinalities[var],)
+        assert p.shape == (model.cardinalities[model.variables.index(var)],)
         assert np.all(p >= 0) and p.sum() == pytest.approx(1, abs=1e-6)
     for var, state in evidence.items():
         assert result.variables[var][state] == 1
