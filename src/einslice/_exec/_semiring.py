@@ -363,12 +363,26 @@ def max_plus_dot(left, right, dims: DimensionNumbers) -> jax.Array:
         return jnp.full(shape, -jnp.inf, dtype)
     lhs = jnp.transpose(left, (*left_b, *left_c, *left_f)).reshape(n_b, n_k, n_m)
     rhs = jnp.transpose(right, (*right_b, *right_c, *right_f)).reshape(n_b, n_k, n_n)
-    out = jax.vmap(_max_plus_blocked)(lhs.astype(dtype), rhs.astype(dtype))
+    lhs, rhs = lhs.astype(dtype), rhs.astype(dtype)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        return jax.vmap(partial(_max_plus_blocked, add=jnp.add))(lhs, rhs).reshape(
+            shape
+        )
+    # -inf + +inf must give the semiring's zero (-inf), not NaN; the select
+    # that ensures it costs time in the inner loop, so it runs only where an
+    # operand holds +inf (a check linear in the operands, not their product).
+    out = lax.cond(
+        jnp.any(lhs == jnp.inf) | jnp.any(rhs == jnp.inf),
+        jax.vmap(partial(_max_plus_blocked, add=annihilating_add)),
+        jax.vmap(partial(_max_plus_blocked, add=jnp.add)),
+        lhs,
+        rhs,
+    )
     return out.reshape(shape)
 
 
-def _max_plus_blocked(lhs: jax.Array, rhs: jax.Array) -> jax.Array:
-    """``max_k lhs[k, m] + rhs[k, n]`` of a ``[K, M]`` and a ``[K, N]`` array."""
+def _max_plus_blocked(lhs: jax.Array, rhs: jax.Array, add=jnp.add) -> jax.Array:
+    """``max_k add(lhs[k, m], rhs[k, n])`` of a ``[K, M]`` and a ``[K, N]`` array."""
     n_k, n_m = lhs.shape
     n_n = rhs.shape[1]
     tile = min(MAX_TILE, n_k)
@@ -385,7 +399,7 @@ def _max_plus_blocked(lhs: jax.Array, rhs: jax.Array) -> jax.Array:
     def block(rhs_block):
         def add_tile(acc, tile_pair):
             lt, rt = tile_pair
-            terms = [lt[s][:, None] + rt[s][None, :] for s in range(tile)]
+            terms = [add(lt[s][:, None], rt[s][None, :]) for s in range(tile)]
             while len(terms) > 1:
                 pairs = range(0, len(terms) - 1, 2)
                 terms = [jnp.maximum(terms[i], terms[i + 1]) for i in pairs] + (
