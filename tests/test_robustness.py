@@ -32,7 +32,9 @@ SRC = str(Path(einslice.__file__).parents[1])
 
 
 def temp_bytes(fn, *args) -> int:
-    return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+    stats = jax.jit(fn).lower(*args).compile().memory_analysis()
+    assert stats is not None, "this backend reports no memory analysis"
+    return stats.temp_size_in_bytes
 
 
 # --- valid input that crashed -------------------------------------------------

@@ -233,6 +233,37 @@ def test_map_without_the_max_gradient_decodes_one_variable_at_a_time(monkeypatch
     assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-9)
 
 
+def test_map_whose_derivative_exceeds_the_limit_decodes_within_it():
+    # A max-plus derivative reduces each step's union of indices: at 8 kB this
+    # grid's forward pass fits, its derivative does not. The assignment is then
+    # decoded by forward passes only, within the limit, not refused.
+    from einslice.pgm import _infer
+
+    rng = np.random.default_rng(0)
+    scopes = [(0, 1), (1, 2), (3, 4), (4, 5), (0, 3), (1, 4), (2, 5)]
+    tables = [rng.uniform(0.1, 1.0, (6, 6)) for _ in scopes]
+    model = FactorGraph.from_factors(scopes, tables)
+    prepared = _infer._prepare(model, None, "max", 8000, "auto", "float64")
+    assert not prepared.derivative_fits
+    assert prepared.plan is not None and prepared.plan.peak_bytes <= 8000
+    with pytest.raises(einslice.MemoryLimitError, match="derivative"):
+        einslice.plan(
+            *(a for t, s in zip(tables, scopes, strict=True) for a in (t.shape, s)),
+            [],
+            semiring="max",
+            memory_limit=8000,
+            gradient=True,
+            dtype="float64",
+        )
+    _, scores = enumerate_states(model)
+    result = map_assignment(model, memory_limit=8000, dtype="float64")
+    x = [result.assignment[v] for v in model.variables]
+    assert result.log_value == pytest.approx(scores.max(), rel=1e-9)
+    assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-9)
+    roomy = _infer._prepare(model, None, "max", "1MB", "auto", "float64")
+    assert roomy.derivative_fits
+
+
 def test_zero_partition_is_minus_infinity_not_nan():
     # Every table has non-zero entries, but x0 = x1 = x2 ≠ x0 is impossible.
     model = read_uai(DATA / "frustrated.uai")
@@ -454,7 +485,11 @@ def test_grids_15_map_value_fits_256mb_and_bounds_log_z():
     from einslice.pgm import _infer
 
     model = read_uai(SHARED / "Grids_15.uai")
-    prepared = _infer._prepare(model, None, "max", "256MB", "auto", "float32")
+    # As map_value plans it: its value only (the derivative, 2.18 GB under the
+    # plans found, is what map_assignment would need; see the next test).
+    prepared = _infer._prepare(
+        model, None, "max", "256MB", "auto", "float32", value_only=True
+    )
     assert prepared.plan is not None and prepared.plan.peak_bytes <= 256_000_000
     best = map_value(model, memory_limit="256MB")
     log_z = README_LN_Z["Grids_15"]

@@ -13,7 +13,7 @@ reductions and chunk combiners are the mappings ``_REDUCE`` and ``_COMBINE``.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import pairwise
@@ -381,7 +381,11 @@ def max_plus_dot(left, right, dims: DimensionNumbers) -> jax.Array:
     return out.reshape(shape)
 
 
-def _max_plus_blocked(lhs: jax.Array, rhs: jax.Array, add=jnp.add) -> jax.Array:
+def _max_plus_blocked(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    add: Callable[[jax.Array, jax.Array], jax.Array] = jnp.add,
+) -> jax.Array:
     """``max_k add(lhs[k, m], rhs[k, n])`` of a ``[K, M]`` and a ``[K, N]`` array."""
     n_k, n_m = lhs.shape
     n_n = rhs.shape[1]

@@ -450,7 +450,11 @@ def _tangent_slicing(
 _TIGHTER_SEARCHES = 4
 
 
-def _fit_derivative(args: tuple, profile: Profile, found: _Found) -> Plan | None:
+def _fit_derivative(
+    args: tuple[Equation, int, str, int, object, str, Placement],
+    profile: Profile,
+    found: _Found,
+) -> Plan | None:
     """A plan whose forward and derivative passes both fit (the best's does not).
 
     The derivative pass slices its own indices but shares the forward's path,

@@ -166,9 +166,15 @@ def _describe(prepared, limit: int | None) -> str:
         else ", no slicing"
     )
     budget = format_bytes(plan.memory_limit) + (" (default)" if limit is None else "")
+    decoding = (
+        ""
+        if prepared.derivative_fits
+        else "; its derivative would not fit, so the state is found one "
+        "variable at a time (forward passes only)"
+    )
     return (
         f"planned {tables} tables: {plan.flops:.3g} FLOPs, peak "
-        f"{format_bytes(plan.peak_bytes)} of {budget}{sliced}"
+        f"{format_bytes(plan.peak_bytes)} of {budget}{sliced}{decoding}"
     )
 
 
