@@ -9,12 +9,14 @@ the faster road; `pays_on_host` says when, from the plan alone.
 
 What it runs is the plan's own: the same pairwise steps, the same sliced
 indices and chunk sizes (looped in Python: numpy needs no traced loop), the
-same semiring rules. A "log" chunk runs in scaled linear form (one scalar
-shift per node, one ``np.einsum`` per small step) when no product can
-underflow, else by the per-step rule that shifts each side of a product by
-its max over the contracted axes, as ``_semiring.log_dot`` does. It also
-runs a `HostWalk`, the unplanned steps of a small network. Results are numpy
-arrays in the plan's dtype; no derivatives (those need JAX).
+same semiring rules (numpy's: one `HostRules` per semiring in ``HOST_RULES``,
+checked complete against the registry on import). A "log" chunk runs in
+scaled linear form (one scalar shift per node, one ``np.einsum`` per small
+step) when no product can underflow, else by the per-step rule that shifts
+each side of a product by its max over the contracted axes, as
+``_semiring.log_dot`` does. It also runs a `HostWalk`, the unplanned steps of
+a small network. Results are numpy arrays in the plan's dtype; no derivatives
+(those need JAX).
 
 Example:
     >>> import einslice, numpy as np
@@ -28,14 +30,22 @@ from __future__ import annotations
 import itertools
 import math
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from math import prod
 
 import numpy as np
 
 from .._errors import EinsliceError
-from .._plan._semiring import Semiring, semiring_named
+from .._plan._semiring import (
+    LOG,
+    MAX,
+    SUM,
+    Semiring,
+    rules_for_every_semiring,
+    semiring_named,
+)
 from .._plan._types import HostWalk, Plan, Step
 from .._plan._walk import MAX_BLOCK_ENTRIES  # the "max" product's block
 
@@ -141,7 +151,7 @@ def _chunk(plan: Plan | HostWalk, operands: Sequence[np.ndarray]) -> np.ndarray:
     """One chunk: prepare the operands, run every step, lay out the output."""
     ring = plan.ring
     terms, kept = plan.equation.terms, plan.prepared
-    scaled = _scaled_log_walk(plan, operands) if ring.name == "log" else None
+    scaled = _scaled_log_walk(plan, operands) if ring.scaled_form else None
     if scaled is not None:
         result, term = scaled
     else:
@@ -298,13 +308,13 @@ def _step(
     if not step.contracted:
         a = _broadcast(left, left_term, step.result)
         b = _broadcast(right, right_term, step.result)
-        return a * b if ring.multiplies else a + b
+        return HOST_RULES[ring.name].times(a, b)
     batch = [i for i in step.result if i in left_term and i in right_term]
     free_l = [i for i in step.result if i in left_term and i not in right_term]
     free_r = [i for i in step.result if i in right_term and i not in left_term]
     a = _matrix(left, left_term, batch, free_l, list(step.contracted))
     b = _matrix(right, right_term, batch, list(step.contracted), free_r)
-    product = _PRODUCT[ring.name](a, b)
+    product = HOST_RULES[ring.name].product(a, b)
     sizes = dict(zip(left_term, left.shape, strict=True))
     sizes.update(zip(right_term, right.shape, strict=True))
     laid = [*batch, *free_l, *free_r]
@@ -344,10 +354,18 @@ def _shift(x: np.ndarray, axis, keepdims=True) -> np.ndarray:
 def _reduce(ring: Semiring, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     if not axes:
         return x
-    if ring.name == "sum":
-        return np.sum(x, axis=axes, dtype=x.dtype)
-    if ring.name == "max":
-        return np.max(x, axis=axes, initial=-np.inf)
+    return HOST_RULES[ring.name].reduce(x, axes)
+
+
+def _sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return np.sum(x, axis=axes, dtype=x.dtype)
+
+
+def _max(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return np.max(x, axis=axes, initial=-np.inf)
+
+
+def _log_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     shift = _shift(x, axes)
     with np.errstate(divide="ignore"):
         total = np.log(np.sum(np.exp(x - shift), axis=axes))
@@ -374,14 +392,57 @@ def _max_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-_PRODUCT = {"sum": np.matmul, "log": _log_product, "max": _max_product}
-_SUM = semiring_named("sum")
-
-
 def _combine(ring: Semiring, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
-    if ring.name == "sum":
-        return acc + x
-    if ring.name == "max":
-        return np.maximum(acc, x)
+    return HOST_RULES[ring.name].combine(acc, x)
+
+
+def _log_add(acc: np.ndarray, x: np.ndarray) -> np.ndarray:
     with np.errstate(invalid="ignore"):  # NaN in, NaN out (as in JAX)
         return np.logaddexp(acc, x)
+
+
+@dataclass(frozen=True)
+class HostRules:
+    """One semiring's operations in numpy: all the host walk asks of it.
+
+    Attributes:
+        reduce: ``reduce(x, axes)`` sums out ``axes`` (never empty).
+        combine: ``combine(a, b)`` adds two partial results (chunks).
+        times: ``times(a, b)`` multiplies two broadcast arrays.
+        product: ``product(a, b)``: the matrix product of stacks of matrices,
+            ``[B, M, K]`` by ``[B, K, N]``, in the semiring.
+    """
+
+    reduce: Callable[[np.ndarray, tuple[int, ...]], np.ndarray]
+    combine: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    times: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+    def negated(self) -> HostRules:
+        """The rules of the semiring computed as ``-self(-x, -y)`` (exact).
+
+        Example:
+            >>> a, b = np.array([[[1.0, 5.0]]]), np.array([[[2.0], [0.0]]])
+            >>> HOST_RULES["max"].negated().product(a, b).tolist()
+            [[[3.0]]]
+        """
+        rules = self
+        return HostRules(
+            reduce=lambda x, axes: -rules.reduce(-x, axes),
+            combine=lambda a, b: -rules.combine(-a, -b),
+            times=lambda a, b: -rules.times(-a, -b),
+            product=lambda a, b: -rules.product(-a, -b),
+        )
+
+
+# The rules written out, one record per semiring that has its own; a
+# semiring registered as a negation gets its base's, negated.
+_WRITTEN: dict[str, HostRules] = {
+    SUM.name: HostRules(_sum, np.add, np.multiply, np.matmul),
+    LOG.name: HostRules(_log_sum, _log_add, np.add, _log_product),
+    MAX.name: HostRules(_max, np.maximum, np.add, _max_product),
+}
+HOST_RULES: dict[str, HostRules] = rules_for_every_semiring(
+    "host walk (numpy)", _WRITTEN, HostRules.negated, "_WRITTEN in _exec/_host.py"
+)
+_SUM = semiring_named("sum")

@@ -1,4 +1,4 @@
-"""The three semirings in JAX: how to multiply pairs, sum out axes, combine chunks.
+"""The semirings in JAX: how to multiply pairs, sum out axes, combine chunks.
 
 "sum" is the ordinary einsum. "log" works on log-values: products are sums and
 sums are log-sum-exp, computed on the matrix unit by shifting each side by its
@@ -7,7 +7,11 @@ the shifts back. "max" is max-plus (tropical): products are sums, sums are max.
 Every log-space rule is written so that all ``-inf`` input gives ``-inf`` out,
 and a zero (not NaN) derivative. What each semiring is (its identity, how it
 contracts, how its derivative behaves) is ``_plan/_semiring.Semiring``; its
-reductions and chunk combiners are the mappings ``_REDUCE`` and ``_COMBINE``.
+operations here are one `Rules` record in the table ``RULES``, which every JAX
+executor (the chunked chain, its sharded form, ``naive_einsum``) reads, and
+which is checked complete against the registry when this module is imported.
+A semiring registered as the negation of another gets that one's rules,
+negated (`Rules.negated`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import DTypeLike
 
-from .._plan._semiring import LOG, MAX, SUM, Semiring
+from .._plan._semiring import LOG, MAX, SUM, Semiring, rules_for_every_semiring
 
 DimensionNumbers = tuple[
     tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
@@ -65,7 +69,7 @@ def zero(ring: Semiring, dtype) -> jax.Array:
 
 def combine(ring: Semiring, acc: jax.Array, x: jax.Array) -> jax.Array:
     """Add two partial results (chunks) in the semiring."""
-    return _COMBINE[ring](acc, x)
+    return RULES[ring.name].combine(acc, x)
 
 
 def _is_weak(x: jax.Array) -> bool:
@@ -78,7 +82,7 @@ def reduce(ring: Semiring, x: jax.Array, axes: Sequence[int]) -> jax.Array:
     axes = tuple(axes)
     if not axes:
         return x
-    return _REDUCE[ring](x, axes)
+    return RULES[ring.name].reduce(x, axes)
 
 
 def _plain_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
@@ -115,7 +119,7 @@ def _log_sum_jvp(axes, primals, tangents):
 
 def elementwise(ring: Semiring, left: jax.Array, right: jax.Array) -> jax.Array:
     """The semiring product of two broadcast-compatible arrays."""
-    return left * right if ring.multiplies else annihilating_add(left, right)
+    return RULES[ring.name].times(left, right)
 
 
 def annihilating_add(left: jax.Array, right: jax.Array) -> jax.Array:
@@ -146,12 +150,27 @@ def pair(
     The result's axes are ordered as ``dot_general`` orders them: batch, left
     free, right free. Steps that contract nothing go through ``elementwise``.
     """
+    return RULES[ring.name].contract(left, right, dims, config)
+
+
+def _contract_by_flags(
+    ring: Semiring,
+    left: jax.Array,
+    right: jax.Array,
+    dims: DimensionNumbers,
+    config: Config,
+) -> jax.Array:
+    """`pair` for a semiring with rules of its own, as its flags say to.
+
+    The cost model (``_plan/_cost._step_transient``) reads the same flags, so
+    what it costs is what runs.
+    """
     (left_c, _), _ = dims
     entries = prod(left.shape[a] for a in left_c)
     if ring.selective and entries > 1:
         return max_plus_dot(left, right, dims)
     if ring.contracts_by_union(entries):
-        return _union_reduce(left, right, dims, _REDUCE[ring])
+        return _union_reduce(left, right, dims, _WRITTEN[ring.name].reduce)
     if ring.shifted_exp_dot:
         return log_dot(left, right, dims, config.precision)
     return dot(
@@ -538,6 +557,80 @@ def _exact_log_dot(left, right, dims: DimensionNumbers):
     return out.reshape(shape)
 
 
-# Each semiring's sum over axes (never empty) and its sum of two partial results.
-_REDUCE = {SUM: _plain_sum, LOG: log_sum, MAX: max_first}
-_COMBINE = {SUM: operator.add, LOG: jnp.logaddexp, MAX: jnp.maximum}
+def _log_all_reduce(x: jax.Array, axis: str) -> jax.Array:
+    """Log Σ_d exp(x_d), shifted by the max; all -inf gives -inf, never NaN."""
+    shift = lax.pmax(x, axis)
+    shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
+    return jnp.log(lax.psum(jnp.exp(x - shift), axis)) + shift
+
+
+@dataclass(frozen=True)
+class Rules:
+    """One semiring's operations in JAX: all a JAX executor asks of it.
+
+    Attributes:
+        reduce: ``reduce(x, axes)`` sums out ``axes`` (never empty).
+        combine: ``combine(a, b)`` adds two partial results (chunks).
+        times: ``times(a, b)`` multiplies two broadcast-compatible arrays.
+        contract: ``contract(left, right, dims, config)``: one contracting
+            step with ``dot_general`` dimension numbers (see `pair`).
+        all_reduce: ``all_reduce(x, axis)`` adds the devices' partial
+            results across a mesh axis (what ``Semiring.all_reduce`` names).
+    """
+
+    reduce: Callable[[jax.Array, tuple[int, ...]], jax.Array]
+    combine: Callable[[jax.Array, jax.Array], jax.Array]
+    times: Callable[[jax.Array, jax.Array], jax.Array]
+    contract: Callable[[jax.Array, jax.Array, DimensionNumbers, Config], jax.Array]
+    all_reduce: Callable[[jax.Array, str], jax.Array]
+
+    def negated(self) -> Rules:
+        """The rules of the semiring computed as ``-self(-x, -y)``.
+
+        Negation is exact in floating point, so these are as exact as
+        ``self``; derivatives follow (max's first maximizing entry becomes the
+        first minimizing one).
+
+        Example:
+            >>> lowest = RULES["max"].negated().reduce(jnp.array([3.0, 1.0]), (0,))
+            >>> float(lowest)
+            1.0
+        """
+        rules = self
+        return Rules(
+            reduce=lambda x, axes: -rules.reduce(-x, axes),
+            combine=lambda a, b: -rules.combine(-a, -b),
+            times=lambda a, b: -rules.times(-a, -b),
+            contract=lambda a, b, dims, config: -rules.contract(-a, -b, dims, config),
+            all_reduce=lambda x, axis: -rules.all_reduce(-x, axis),
+        )
+
+
+# The rules written out, one record per semiring that has its own; a
+# semiring registered as a negation gets its base's, negated.
+_WRITTEN: dict[str, Rules] = {
+    SUM.name: Rules(
+        reduce=_plain_sum,
+        combine=operator.add,
+        times=operator.mul,
+        contract=partial(_contract_by_flags, SUM),
+        all_reduce=lax.psum,
+    ),
+    LOG.name: Rules(
+        reduce=log_sum,
+        combine=jnp.logaddexp,
+        times=annihilating_add,
+        contract=partial(_contract_by_flags, LOG),
+        all_reduce=_log_all_reduce,
+    ),
+    MAX.name: Rules(
+        reduce=max_first,
+        combine=jnp.maximum,
+        times=annihilating_add,
+        contract=partial(_contract_by_flags, MAX),
+        all_reduce=lax.pmax,
+    ),
+}
+RULES: dict[str, Rules] = rules_for_every_semiring(
+    "JAX executors", _WRITTEN, Rules.negated, "_WRITTEN in _exec/_semiring.py"
+)

@@ -5,7 +5,8 @@ contiguous shares, one per device along a mesh axis. Under ``jax.shard_map``
 every device gets the whole (replicated) operands, scans chunk numbers
 [d·share, (d+1)·share) with ``sweep``'s ``part`` (numbers past the grid are
 dropped), and the per-device partial outputs are combined in the semiring:
-``psum`` ("sum"), a log-add-exp all-reduce ("log") or ``pmax`` ("max"). Each
+``psum`` ("sum"), a log-add-exp all-reduce ("log") or ``pmax`` ("max"): each
+semiring's ``all_reduce`` rule (``_semiring.RULES``). Each
 device keeps within the plan's ``memory_limit``; the communication is one
 all-reduce of the output (two for "log": its max, then the shifted sum). The
 same works across hosts under ``jax.distributed``, as the mesh spans them.
@@ -31,9 +32,10 @@ import numpy as np
 from jax import lax
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
-from .._plan._semiring import LOG, MAX, SUM, Semiring
+from .._plan._semiring import Semiring
 from .._plan._slice import shard_plan, summed_chunk_count
 from .._plan._types import Equation, Plan
+from . import _semiring
 from ._scan import Part
 
 # The axis name of the 1-D mesh built for ``devices=N``.
@@ -148,18 +150,7 @@ def split(
 
 def all_reduce(ring: Semiring, x: jax.Array, axis: str) -> jax.Array:
     """Combine partial results across ``axis`` in the semiring."""
-    return _ALL_REDUCE[ring](x, axis)
-
-
-def _log_all_reduce(x: jax.Array, axis: str) -> jax.Array:
-    """Log Σ_d exp(x_d), shifted by the max; all -inf gives -inf, never NaN."""
-    shift = lax.pmax(x, axis)
-    shift = jnp.where(jnp.isfinite(shift), shift, jnp.zeros_like(shift))
-    return jnp.log(lax.psum(jnp.exp(x - shift), axis)) + shift
-
-
-# The collectives that ``Semiring.all_reduce`` names, as JAX runs them.
-_ALL_REDUCE = {SUM: lax.psum, LOG: _log_all_reduce, MAX: lax.pmax}
+    return _semiring.RULES[ring.name].all_reduce(x, axis)
 
 
 def tangent_reduce(ring: Semiring, x, axis: str) -> jax.Array:

@@ -1,16 +1,27 @@
-"""The three semirings as data: what planning, costing and execution ask of one.
+"""The semirings as data: what planning, costing and execution ask of one.
 
-Plans name their semiring by a string (``"sum"``, ``"log"``, ``"max"``: what
-users pass, JSON-friendly in cache keys); ``semiring_named`` turns the name
-into a `Semiring`, whose attributes answer every question that code used to
-answer by comparing names. The JAX operations of each semiring (reduce,
-combine, pair) live in ``_exec/_semiring.py``, keyed by these objects.
+This is the registry: a semiring exists when it is in ``SEMIRINGS``. Plans
+name their semiring by a string (``"sum"``, ``"log"``, ``"max"``: what users
+pass, JSON-friendly in cache keys); ``semiring_named`` turns the name into a
+`Semiring`, whose attributes answer every question that code used to answer
+by comparing names. Pure Python: no JAX, no numpy.
+
+Each executor runs a semiring by its rules (reduce, combine, product, one
+contracting step, all-reduce), written as arrays of its own kind: the JAX
+rules in ``_exec/_semiring.py``, the numpy rules of the host walk in
+``_exec/_host.py``. Each keeps one table of them, keyed by name, made complete
+by `rules_for_every_semiring` when it is imported: a semiring without rules
+there is an error naming it and the executor. A semiring declared as the
+`negation` of another (min-plus of max-plus) needs no rules of its own: every
+executor derives them, ``-rule(-x)``, which is exact in floating point.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from .._errors import EinsliceError
 
@@ -45,11 +56,14 @@ class Semiring:
         weights_tangents: whether each chunk's tangent counts by its share
             ``exp(chunk - total)`` of the sum; the tangent is 0 where the sum
             is not finite.
-        selective: whether the sum is a max, whose derivative follows the first
-            maximizing entry, chunk or device; the tangent is 0 where the sum
-            is NaN.
+        selective: whether the sum picks one of its terms (a max or a min),
+            whose derivative follows the first attaining entry, chunk or
+            device; the tangent is 0 where the sum is NaN.
         all_reduce: the collective that combines devices' partial outputs.
         all_reduce_passes: how many all-reduces of the output that takes.
+        negation_of: the name of the semiring whose rules, on negated operands
+            and negated back, compute this one (``"max"`` for min-plus); the
+            executors derive its rules from that one's. None: it has its own.
     """
 
     name: str
@@ -65,6 +79,7 @@ class Semiring:
     selective: bool
     all_reduce: str
     all_reduce_passes: int
+    negation_of: str | None = None
 
     @property
     def needs_inexact(self) -> bool:
@@ -132,6 +147,34 @@ MAX = Semiring(
     all_reduce_passes=1,
 )
 
+
+def negation(base: Semiring, name: str, description: str, all_reduce: str) -> Semiring:
+    """The semiring that ``base`` computes on negated operands, negated back.
+
+    ``-base(-x, -y)``: min-plus is max-plus so mirrored. Its zero is ``base``'s
+    negated; how it contracts, costs and differentiates is ``base``'s (the
+    executors run ``base``'s rules), so those facts are copied, not restated.
+
+    Example:
+        >>> ring = negation(MAX, "min", "min-plus", "pmin")
+        >>> ring.zero, ring.selective, ring.negation_of
+        (inf, True, 'max')
+    """
+    if base.negation_of is not None:
+        raise EinsliceError(
+            f"negation({base.name!r}): {base.name!r} is itself the negation of "
+            f"{base.negation_of!r}; negate {base.negation_of!r} instead."
+        )
+    return replace(
+        base,
+        name=name,
+        description=description,
+        zero=-base.zero,
+        all_reduce=all_reduce,
+        negation_of=base.name,
+    )
+
+
 SEMIRINGS: dict[str, Semiring] = {s.name: s for s in (SUM, LOG, MAX)}
 
 
@@ -153,3 +196,53 @@ def semiring_named(name: object) -> Semiring:
             f"semiring={name!r} is not one of {list(SEMIRINGS)} ({known})."
         )
     return found
+
+
+Rules = TypeVar("Rules")
+
+
+def rules_for_every_semiring(
+    executor: str,
+    written: Mapping[str, Rules],
+    negated: Callable[[Rules], Rules],
+    where: str,
+) -> dict[str, Rules]:
+    """One executor's rules for every registered semiring, or an error naming the gap.
+
+    Args:
+        executor: the executor's name, for the error.
+        written: its rules, by semiring name (those it writes out).
+        negated: how it derives a `negation`'s rules from its base's.
+        where: the module and table to add missing rules to, for the error.
+
+    Raises:
+        EinsliceError: a semiring in ``SEMIRINGS`` that ``written`` lacks and
+            that is no negation of one it has; or rules for an unknown name.
+
+    Example:
+        >>> table = rules_for_every_semiring(
+        ...     "demo", {"sum": "+", "log": "lse", "max": "max"}, "-{}".format, "here"
+        ... )
+        >>> table["max"]
+        'max'
+    """
+    unknown = sorted(set(written) - set(SEMIRINGS))
+    if unknown:
+        raise EinsliceError(
+            f"the {executor} has rules for {unknown}, which are not registered "
+            f"semirings ({list(SEMIRINGS)}); register them in _plan/_semiring.py."
+        )
+    table: dict[str, Rules] = {}
+    for ring in SEMIRINGS.values():
+        if ring.name in written:
+            table[ring.name] = written[ring.name]
+        elif ring.negation_of is not None and ring.negation_of in written:
+            table[ring.name] = negated(written[ring.negation_of])
+        else:
+            raise EinsliceError(
+                f"the {executor} has no rules for the semiring {ring.name!r} "
+                f"({ring.description}); add them to {where}, or declare "
+                f"{ring.name!r} in _plan/_semiring.py as the negation() of a "
+                "semiring that has them."
+            )
+    return table

@@ -12,12 +12,14 @@ from math import prod
 
 from ._order import Path, plain_steps
 from ._planner import prepare_terms
+from ._semiring import semiring_named
 from ._types import Equation, HostWalk
 
 # The host walk's working precision (its scaled "log" form runs in float64).
 WALK_ITEMSIZE = 8
-# The "max" product broadcasts a block of its contracted axis at a time; its
-# entries are bounded by ``_exec/_host.MAX_BLOCK_ENTRIES`` (counted here too).
+# The product of a selective semiring ("max", and "min" as its negation)
+# broadcasts a block of its contracted axis at a time; its entries are bounded
+# by ``_exec/_host.MAX_BLOCK_ENTRIES`` (counted here too).
 MAX_BLOCK_ENTRIES = 1 << 20
 
 
@@ -25,7 +27,7 @@ def host_walk(equation: Equation, path: Path, semiring: str, dtype: str) -> Host
     """The walk of ``path`` over ``equation``, with its FLOPs and a memory bound.
 
     The bound counts every node alive at once, at 8 bytes an entry, beside
-    each step's copies of its two sides and the "max" product's block.
+    each step's copies of its two sides and a selective product's block.
 
     Example:
         >>> from einslice._plan._equation import build_equation, parse_subscripts
@@ -49,7 +51,7 @@ def host_walk(equation: Equation, path: Path, semiring: str, dtype: str) -> Host
         largest = max(largest, numel(nodes[step.left]) + numel(nodes[step.right]))
     inputs = sum(numel(dict.fromkeys(t)) for t in equation.terms)
     entries = inputs + sum(numel(t) for t in nodes) + largest
-    if semiring == "max":
+    if semiring_named(semiring).selective:
         entries += MAX_BLOCK_ENTRIES
     return HostWalk(
         equation=equation,
