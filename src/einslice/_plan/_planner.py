@@ -71,7 +71,7 @@ def make_plan(
         dtype: the computation dtype's name (shown in the report).
         memory_limit: peak temporary bytes allowed.
         optimize: path strategy name, bool, explicit path tuple or optimizer.
-        semiring: "sum", "log" or "max".
+        semiring: a name in ``_semiring.SEMIRINGS`` ("sum", "log", ...).
         placement: the devices the plan runs on; when they split the summed
             chunks (``placement.spread`` > 1), a summed index is sliced
             (finer) until each device has a chunk.

@@ -203,7 +203,8 @@ def search_tree(
         sizes: size of every index (``sizes[i]``).
         itemsize: bytes per element.
         memory_limit: peak temporary bytes allowed.
-        semiring: "sum", "log" or "max" (the cost model differs slightly).
+        semiring: a name in ``_semiring.SEMIRINGS`` (the cost model differs
+            slightly).
         seed: seeds kahypar, the greedy orders and optuna's sampler.
         trials: most trials; default `default_trials`.
         patience: stop after this many trials without improvement; default
