@@ -14,6 +14,7 @@ from . import wisdom as wisdom
 from ._api import einsum as einsum
 from ._api import log_einsum as log_einsum
 from ._api import max_einsum as max_einsum
+from ._api import min_einsum as min_einsum
 from ._api import naive_einsum as naive_einsum
 from ._api import plan as plan
 from ._errors import EinsliceError as EinsliceError
@@ -42,6 +43,7 @@ __all__ = [
     "enable_compilation_cache",
     "log_einsum",
     "max_einsum",
+    "min_einsum",
     "naive_einsum",
     "parse_memory_limit",
     "plan",

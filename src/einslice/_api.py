@@ -89,7 +89,8 @@ def einsum(
             profile's matrix-multiply rate for it (``docs/precision.md``).
         preferred_element_type: accumulation and result dtype, as in jnp.
         semiring: ``"sum"``; ``"log"`` (operands are logs: log Σ exp Σ);
-            ``"max"`` (max-plus: max Σ).
+            ``"max"`` (max-plus: max Σ); ``"min"`` (min-plus: min Σ, as
+            in shortest paths).
         devices: split the summed chunks across the first ``devices`` of
             ``jax.devices()`` (each within ``memory_limit``), then all-reduce.
         mesh: or split them along one axis of this ``jax.sharding.Mesh``
@@ -195,6 +196,19 @@ def max_einsum(subscripts, /, *operands, **kwargs) -> jax.Array:
         3.0
     """
     return einsum(subscripts, *operands, semiring="max", **kwargs)
+
+
+def min_einsum(subscripts, /, *operands, **kwargs) -> jax.Array:
+    """``einsum(..., semiring="min")``: min Σ operands over summed indices.
+
+    Example (the shortest paths of two hops; inf: no edge):
+        >>> import jax.numpy as jnp, einslice
+        >>> inf = jnp.inf
+        >>> d = jnp.array([[0.0, 1.0, inf], [inf, 0.0, 2.0], [5.0, inf, 0.0]])
+        >>> einslice.min_einsum("ik,kj->ij", d, d).tolist()
+        [[0.0, 1.0, 3.0], [7.0, 0.0, 2.0], [5.0, 6.0, 0.0]]
+    """
+    return einsum(subscripts, *operands, semiring="min", **kwargs)
 
 
 def plan(

@@ -175,7 +175,17 @@ def negation(base: Semiring, name: str, description: str, all_reduce: str) -> Se
     )
 
 
-SEMIRINGS: dict[str, Semiring] = {s.name: s for s in (SUM, LOG, MAX)}
+# Min-plus (tropical min): shortest paths, ``min_k d[i, k] + d[k, j]``. Run as
+# max-plus of the negated operands, negated; its gradient is the indicator of
+# the first minimizing entry (an argmin, as max's is an argmax).
+MIN = negation(
+    MAX,
+    name="min",
+    description="min-plus (tropical: shortest paths)",
+    all_reduce="pmin",
+)
+
+SEMIRINGS: dict[str, Semiring] = {s.name: s for s in (SUM, LOG, MAX, MIN)}
 
 
 def semiring_named(name: object) -> Semiring:
