@@ -2,7 +2,7 @@
 
 Also the numpy references the properties compare against: ``numpy.einsum`` for
 the sum semiring, and a brute-force "materialize every index, then reduce" for
-all three semirings (``materialized_reduce``), independent of any path search.
+every semiring (``materialized_reduce``), independent of any path search.
 """
 
 from __future__ import annotations
@@ -308,9 +308,10 @@ def materialized_reduce(
     """Brute-force einsum: build the table over all indices, then reduce it.
 
     ``"sum"``: Σ Π operands; ``"log"``: log Σ exp Σ operands (via logsumexp);
-    ``"max"``: max Σ operands. Size-1 broadcasting comes from numpy's own
-    broadcasting of the joint table. ``xp`` may be ``jax.numpy`` (then the result
-    is differentiable; ``"log"`` uses a NaN-free double-``where`` logsumexp).
+    ``"max"``: max Σ operands; ``"min"``: min Σ operands. Size-1 broadcasting
+    comes from numpy's own broadcasting of the joint table. ``xp`` may be
+    ``jax.numpy`` (then the result is differentiable; ``"log"`` uses a
+    NaN-free double-``where`` logsumexp).
     """
     terms, output = eq.explicit()
     sizes = eq.sizes()
@@ -343,6 +344,8 @@ def materialized_reduce(
         r = xp.sum(joint, axis=summed)
     elif semiring == "max":
         r = xp.max(joint, axis=summed, initial=-np.inf)
+    elif semiring == "min":
+        r = xp.min(joint, axis=summed, initial=np.inf)
     elif semiring == "log":
         r = _logsumexp(joint, summed, xp)
     else:
