@@ -80,6 +80,11 @@ SLOW_TESTS = {
         "test_seed_formula_n128_under_other_limits",
         "test_seed_formula_n256_log_semiring_fits_16MB",
     },
+    "tests/test_every_semiring.py": {  # derivatives of every executor; 2 devices
+        "test_a_hoisted_plan_on_every_executor_matches_float64",
+        "test_every_differentiable_executor_matches_float64_gradients",
+        "test_sharded_chain_on_two_devices_matches_float64",
+    },
     "tests/test_regressions.py": {"test_equation"},
     "tests/test_semirings.py": {
         "test_log_float64_is_accurate",
