@@ -117,6 +117,11 @@ def test_a_negation_of_a_negation_is_refused():
         negation(MIN, "max again", "max-plus", "pmax")
 
 
+def test_a_negation_of_a_product_semiring_is_refused():
+    with pytest.raises(EinsliceError, match=r"-\(a \* b\)"):
+        negation(SUM, "negsum", "negated sums", "psum")
+
+
 def test_every_semiring_needs_rules_in_every_executor(monkeypatch):
     written = {"sum": "+", "log": "lse", "max": "max"}
     table = rules_for_every_semiring("demo executor", written, "-{}".format, "here")

@@ -167,7 +167,7 @@ def _contract_by_flags(
     """
     (left_c, _), _ = dims
     entries = prod(left.shape[a] for a in left_c)
-    if ring.selective and entries > 1:
+    if ring.selective and entries > 1:  # a max ("min" is its negation)
         return max_plus_dot(left, right, dims)
     if ring.contracts_by_union(entries):
         return _union_reduce(left, right, dims, _WRITTEN[ring.name].reduce)

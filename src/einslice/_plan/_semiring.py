@@ -151,15 +151,24 @@ MAX = Semiring(
 def negation(base: Semiring, name: str, description: str, all_reduce: str) -> Semiring:
     """The semiring that ``base`` computes on negated operands, negated back.
 
-    ``-base(-x, -y)``: min-plus is max-plus so mirrored. Its zero is ``base``'s
-    negated; how it contracts, costs and differentiates is ``base``'s (the
-    executors run ``base``'s rules), so those facts are copied, not restated.
+    ``-base(-x, -y)``: min-plus is max-plus so mirrored (and the negation of
+    "log" would be the soft minimum of energies, ``-log Σ exp(-x)``). Its zero
+    is ``base``'s negated; how it contracts, costs and differentiates is
+    ``base``'s (the executors run ``base``'s rules), so those facts are copied,
+    not restated. ``base``'s product must be ``+``, which negation preserves
+    (``-(-a + -b) = a + b``); a product ``*`` would change sign.
 
     Example:
         >>> ring = negation(MAX, "min", "min-plus", "pmin")
         >>> ring.zero, ring.selective, ring.negation_of
         (inf, True, 'max')
     """
+    if base.multiplies:
+        raise EinsliceError(
+            f"negation({base.name!r}): its product is *, and -((-a) * (-b)) is "
+            "-(a * b), not a * b; only semirings whose product is + (log, max) "
+            "can be negated."
+        )
     if base.negation_of is not None:
         raise EinsliceError(
             f"negation({base.name!r}): {base.name!r} is itself the negation of "
@@ -208,15 +217,15 @@ def semiring_named(name: object) -> Semiring:
     return found
 
 
-Rules = TypeVar("Rules")
+RuleSet = TypeVar("RuleSet")  # one executor's rules of one semiring
 
 
 def rules_for_every_semiring(
     executor: str,
-    written: Mapping[str, Rules],
-    negated: Callable[[Rules], Rules],
+    written: Mapping[str, RuleSet],
+    negated: Callable[[RuleSet], RuleSet],
     where: str,
-) -> dict[str, Rules]:
+) -> dict[str, RuleSet]:
     """One executor's rules for every registered semiring, or an error naming the gap.
 
     Args:
@@ -242,7 +251,7 @@ def rules_for_every_semiring(
             f"the {executor} has rules for {unknown}, which are not registered "
             f"semirings ({list(SEMIRINGS)}); register them in _plan/_semiring.py."
         )
-    table: dict[str, Rules] = {}
+    table: dict[str, RuleSet] = {}
     for ring in SEMIRINGS.values():
         if ring.name in written:
             table[ring.name] = written[ring.name]
