@@ -589,7 +589,8 @@ class Rules:
 
         Negation is exact in floating point, so these are as exact as
         ``self``; derivatives follow (max's first maximizing entry becomes the
-        first minimizing one).
+        first minimizing one; zero derivatives may come out as -0.0, which
+        equals 0.0).
 
         Example:
             >>> lowest = RULES["max"].negated().reduce(jnp.array([3.0, 1.0]), (0,))
