@@ -198,7 +198,14 @@ def test_optimize_still_takes_a_cotengra_optimizer():
 
     terms, output, sizes = _network(lattice_equation([4, 4], d_min=2, seed=0))
     # cotengra is unannotated: pyright takes parallel's type (str) from its default
-    optimizer = cotengra.HyperOptimizer(max_repeats=2, parallel=False)  # pyright: ignore[reportArgumentType]
+    # methods: cotengra's own "kahypar" orders its top level in a process pool
+    # even with parallel=False (see _plan/_kahypar.py): a fork next to JAX's
+    # threads, which JAX warns about (an error here) when the sampler picks it.
+    optimizer = cotengra.HyperOptimizer(
+        methods=["greedy"],
+        max_repeats=2,
+        parallel=False,  # pyright: ignore[reportArgumentType]
+    )
     plan = einslice.plan(*_interleaved(terms, output, sizes), optimize=optimizer)
     assert len(plan.path) == len(terms) - 1
     assert _search._cached.cache_info().misses == 0  # the search did not run
