@@ -66,7 +66,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 4
+_VERSION = 5
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -159,7 +159,14 @@ class Found:
             the limit when no tree the search found fits: chunk sizing may
             still slice more).
         trials: how many trials the search ran (0: the plain greedy tree was
-            cheap enough, see `_quick_tree`).
+            cheap enough, see `_quick_tree`); cotengra's reference search ran
+            as many (see `reference_search`).
+        by: whose tree this is: "einslice" (its own search, or the quick
+            greedy tree) or "cotengra" (the reference search's, when einslice's
+            cost model scored it faster).
+        reference_time: einslice's estimate of the reference search's best tree
+            under the limit (``inf``: no reference ran, or none of its trees
+            fit the limit).
     """
 
     path: Path
@@ -168,6 +175,8 @@ class Found:
     time: float
     trials: int
     peak_bytes: int
+    by: str = "einslice"
+    reference_time: float = math.inf
 
 
 def default_trials(n_operands: int) -> int:
@@ -289,6 +298,8 @@ def _load(file, n_terms: int, n_indices: int) -> Found | None:
             time=float(data["time"]),
             trials=int(data["trials"]),
             peak_bytes=int(data["peak_bytes"]),
+            by=str(data["by"]),
+            reference_time=float(data["reference_time"]),
         )
         _check_found(found, n_terms, n_indices)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -320,6 +331,8 @@ def _check_found(found: Found, n_terms: int, n_indices: int) -> None:
     figures = (found.flops, found.time, found.peak_bytes, found.trials)
     if not all(math.isfinite(x) and x >= 0 for x in figures):
         raise ValueError(f"figures {figures} are not finite and >= 0")
+    if found.by not in ("einslice", "cotengra") or not found.reference_time >= 0:
+        raise ValueError(f"by={found.by!r}, reference_time={found.reference_time}")
 
 
 def _store(file, found: Found) -> None:
@@ -330,6 +343,8 @@ def _store(file, found: Found) -> None:
         "time": found.time,
         "trials": found.trials,
         "peak_bytes": found.peak_bytes,
+        "by": found.by,
+        "reference_time": found.reference_time,  # Python's json keeps inf
     }
     write_atomic(file, json.dumps(data))  # unwritable: a re-search, one warning
 
@@ -350,11 +365,7 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
             cost = estimate(
                 terms, output, sizes, itemsize, semiring, path, chunks, profile
             )
-            score = ranking(cost, profile)
-            if cost.peak_bytes > memory_limit:
-                score *= _OVER_LIMIT_PENALTY ** math.log2(
-                    cost.peak_bytes / memory_limit
-                )
+            score = limited_score(cost, memory_limit, profile)
             trial["einslice_time"] = cost.time
             trial["einslice_peak"] = cost.peak_bytes
             # cotengra transforms scores as if positive and > 1 (a log of a
@@ -362,6 +373,25 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
             return math.log2(max(score * profile.matmul_flops, 2.0))
 
     return EinsliceTime()
+
+
+def limited_score(cost: Cost, memory_limit: int, profile: Profile) -> float:
+    """What the search minimizes: estimated time, penalised above the limit.
+
+    The time is `ranking`'s (nudged towards smaller peaks), multiplied by
+    `_OVER_LIMIT_PENALTY` per doubling of the peak over the limit.
+
+    Example:
+        >>> fits = Cost(flops=0, peak_bytes=2**20, time=1.0)
+        >>> over = Cost(flops=0, peak_bytes=2**22, time=1.0)
+        >>> score = lambda cost: limited_score(cost, 2**21, CPU_DEFAULT)
+        >>> score(over) / score(fits)
+        16.0
+    """
+    score = ranking(cost, profile)
+    if cost.peak_bytes > memory_limit:
+        score *= _OVER_LIMIT_PENALTY ** math.log2(cost.peak_bytes / memory_limit)
+    return score
 
 
 def estimate(
@@ -423,6 +453,7 @@ def _search(
     del given
     elimination.register()
     kahypar.register()
+    deadline = time.perf_counter() + search_seconds
     objective = _objective(
         terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
@@ -430,7 +461,129 @@ def _search(
     complete = _run_trials(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds
     )
-    return _found(optimizer), complete
+    own = _found(optimizer)
+    if own.trials == 0:  # the wall-time cap struck during the first trial
+        return own, False
+    seconds_left = max(deadline - time.perf_counter(), 1e-3)
+    tree, reference_complete = reference_search(
+        terms, output, sizes, itemsize, memory_limit, seed, own.trials, seconds_left
+    )
+    reference = _reference_found(
+        tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
+    )
+    complete = complete and reference_complete
+    mine = Cost(int(own.flops), own.peak_bytes, own.time)
+    theirs = Cost(int(reference.flops), reference.peak_bytes, reference.time)
+    if limited_score(theirs, memory_limit, profile) < limited_score(
+        mine, memory_limit, profile
+    ):
+        return dataclasses.replace(reference, trials=own.trials), complete
+    return dataclasses.replace(own, reference_time=reference.time), complete
+
+
+def reference_search(
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+    itemsize: int,
+    memory_limit: int,
+    seed: int,
+    trials: int,
+    seconds: float = math.inf,
+) -> tuple[ContractionTree, bool]:
+    """The reference search: cotengra's own hyper-optimizer at this limit.
+
+    The reference the tree search must not lose to: ``HyperOptimizer`` over
+    kahypar (`_kahypar.METHOD`: cotengra's kahypar trees, built in this
+    process) and greedy trees, optuna seeded by ``seed``, cotengra's default
+    subtree reconfiguration (``reconf_opts={}``) and slicing with
+    reconfiguration to the limit in entries (``slicing_reconf_opts``), its
+    default objective (FLOPs), ``trials`` trials: the same budget as the
+    search's own trials. Python's ``random`` is seeded with ``seed`` for the
+    run and put back after, so a seed gives the same tree on any machine;
+    ``seconds`` caps the wall time (then not reproducible: the second value
+    says whether all trials ran).
+
+    Example:
+        >>> terms = [(i, (i + 1) % 16) for i in range(16)]
+        >>> tree, complete = reference_search(terms, (), [4] * 16, 4, 2**20, 0, 2)
+        >>> len(tree.get_path()), complete
+        (15, True)
+    """
+    import cotengra
+
+    kahypar.register()
+    optimizer = cotengra.HyperOptimizer(
+        methods=[kahypar.METHOD, "greedy"],
+        max_repeats=trials,
+        max_time=None if math.isinf(seconds) else seconds,
+        parallel=False,  # pyright: ignore[reportArgumentType]
+        optlib="optuna",
+        optlib_opts={"sampler_opts": {"seed": seed}},
+        reconf_opts={},
+        slicing_reconf_opts={"target_size": max(2, memory_limit // itemsize)},  # pyright: ignore[reportArgumentType]
+        on_trial_error="raise",
+        progbar=False,
+    )
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        tree = optimizer.search(
+            [tuple(t) for t in terms], tuple(output), dict(enumerate(sizes))
+        )
+    finally:
+        random.setstate(state)
+    return cast("ContractionTree", tree), len(optimizer.scores) >= trials
+
+
+# The reference's tree is sliced to the limit in cotengra's entries; einslice's
+# peak also counts a step's operands and copies. When that is over the limit,
+# the tree is sliced further, to these fractions of it, until one fits.
+_RESLICE_FRACTIONS = (1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 64)
+
+
+def _reference_found(
+    tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
+) -> Found:
+    """The reference tree as a `Found`: as cotengra sliced it, or sliced further.
+
+    Scored as the search scores its own trees (`limited_score`): the tree as
+    cotengra sliced it and, while over the limit, the same tree sliced
+    further; the best score wins (so the reference never scores worse than
+    cotengra's own tree).
+    """
+    path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    variants = []
+    for fraction in (1.0, *_RESLICE_FRACTIONS):
+        if fraction < 1.0:
+            target = max(2, int(memory_limit // itemsize * fraction))
+            tree = tree.slice(target_size=target, seed=0)
+        sliced = tuple(int(i) for i in tree.sliced_inds)
+        cost = estimate(
+            terms,
+            output,
+            sizes,
+            itemsize,
+            semiring,
+            path,
+            dict.fromkeys(sliced, 1),
+            profile,
+        )
+        score = limited_score(cost, memory_limit, profile)
+        variants.append((score, sliced, cost, float(tree.contraction_cost())))
+        if cost.peak_bytes <= memory_limit:
+            break  # the least slicing that fits: more only adds work
+    _, sliced, cost, flops = min(variants, key=lambda v: v[0])
+    return Found(
+        path=path,
+        sliced=sliced,
+        flops=flops,
+        time=cost.time,
+        trials=0,
+        peak_bytes=cost.peak_bytes,
+        by="cotengra",
+        reference_time=cost.time,
+    )
 
 
 def _quick_tree(
