@@ -14,6 +14,7 @@ from cotengra.utils import lattice_equation, randreg_equation
 
 import einslice
 from einslice._plan import _kahypar, _planner, _search
+from einslice._plan._profile import CPU_DEFAULT
 from einslice._plan._search import search_tree
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "uai"
@@ -111,6 +112,108 @@ def test_results_equal_a_float64_numpy_contraction(seed):
     assert einslice.plan(
         *_interleaved(terms, output, sizes), memory_limit=2**13
     ).chunks, "the limit is meant to force slicing"
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
+
+
+def _cotengra_tree(terms, output, sizes, limit, seed, trials):
+    """cotengra's HyperOptimizer as the issue configures it, built here.
+
+    kahypar (the same trees as cotengra's "kahypar", top level ordered in this
+    process) and greedy, optuna seeded, default subtree reconfiguration,
+    slicing with reconfiguration to the limit in float32 entries, ``trials``
+    trials, Python's random seeded: the search's reference at its budget.
+    """
+    import random
+
+    import cotengra
+
+    _kahypar.register()
+    optimizer = cotengra.HyperOptimizer(
+        methods=[_kahypar.METHOD, "greedy"],
+        max_repeats=trials,
+        parallel=False,  # pyright: ignore[reportArgumentType]
+        optlib="optuna",
+        optlib_opts={"sampler_opts": {"seed": seed}},
+        reconf_opts={},
+        slicing_reconf_opts={"target_size": limit // 4},  # pyright: ignore[reportArgumentType]
+        progbar=False,
+    )
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        return optimizer.search(
+            [tuple(t) for t in terms], tuple(output), dict(enumerate(sizes))
+        )
+    finally:
+        random.setstate(state)
+
+
+# Networks whose trees are not cheap (see _search.cheap), so that the search
+# runs trials and the reference; bonds large enough to need slicing.
+NEVER_WORSE_CASES = [
+    ("randreg-30", randreg_equation(30, 3, d_min=10, d_max=16, seed=1), 2**24, 0),
+    ("randreg-40", randreg_equation(40, 3, d_min=6, d_max=10, seed=2), 2**23, 1),
+]
+# slow: a 60-tensor regular graph (bonds 5-8) at 256 MB, the issue's example,
+# and a 300-tensor one (both searches take seconds a trial here)
+NEVER_WORSE_SLOW_CASES = [
+    ("randreg-60", randreg_equation(60, 3, d_min=5, d_max=8, seed=2), 256 * 10**6, 0),
+    ("randreg-300", randreg_equation(300, 3, d_min=2, d_max=4, seed=7), 2**26, 0),
+]
+
+
+def _never_worse(equation, limit, seed):
+    terms, output, sizes = _network(equation)
+    found = search_tree(terms, output, sizes, 4, limit, seed=seed)
+    assert found.trials > 0, "meant to be searched, not the quick greedy tree"
+    ran = found.by == "cotengra" or math.isfinite(found.reference_time)
+    assert ran, "meant to run the reference search"
+    tree = _cotengra_tree(terms, output, sizes, limit, seed, found.trials)
+    path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    chunks = dict.fromkeys((int(i) for i in tree.sliced_inds), 1)
+    cost = _search.estimate(terms, output, sizes, 4, "sum", path, chunks)
+    theirs = _search.Found(
+        path, tuple(chunks), cost.flops, cost.time, 1, cost.peak_bytes
+    )
+    assert not _search.better(theirs, found, limit, CPU_DEFAULT), (found, theirs)
+    if theirs.peak_bytes <= limit:
+        assert found.peak_bytes <= limit
+        assert found.time <= theirs.time * 1.2, "within the peak nudge of ranking"
+    return found
+
+
+@pytest.mark.parametrize(("name", "equation", "limit", "seed"), NEVER_WORSE_CASES)
+def test_the_search_is_never_worse_than_cotengras_at_the_same_budget(
+    name, equation, limit, seed
+):
+    # The trees are scored as the search scores them: einslice's estimated time
+    # under the limit, penalised per doubling of a peak over it.
+    _never_worse(equation, limit, seed)
+
+
+@pytest.mark.parametrize(("name", "equation", "limit", "seed"), NEVER_WORSE_SLOW_CASES)
+def test_large_searches_are_never_worse_than_cotengras_at_the_same_budget(
+    name, equation, limit, seed
+):
+    _never_worse(equation, limit, seed)
+
+
+def test_a_tree_from_cotengras_reference_gives_float64_results():
+    equation = randreg_equation(30, 3, d_min=10, d_max=16, seed=1)
+    terms, output, sizes = _network(equation)
+    output = terms[0][:1]  # a vector, not just a scalar
+    limit = 2**24  # float64 (conftest turns x64 on)
+    found = search_tree(terms, output, sizes, 8, limit)
+    assert found.by == "cotengra" and found.sliced  # the reference's, sliced
+    rng = np.random.default_rng(3)
+    arrays = [rng.uniform(0.5, 1.0, [sizes[i] for i in t]) for t in terms]
+    args = []
+    for array, term in zip(arrays, terms, strict=True):
+        args += [array, list(term)]
+    # opt_einsum's BackendType Literal omits "numpy", which it accepts
+    expected = opt_einsum.contract(*args, list(output), backend="numpy")  # pyright: ignore[reportCallIssue, reportArgumentType]
+    got = einslice.einsum(*args, list(output), memory_limit=limit)
+    assert got.dtype == np.float64
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
 
 

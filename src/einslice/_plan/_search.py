@@ -92,6 +92,9 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# cotengra's reference search runs when einslice's own tree has at most this
+# many slices (chunks at chunk size 1), see `needs_reference`.
+REFERENCE_MAX_SLICES = 256
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
 
@@ -462,8 +465,8 @@ def _search(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds
     )
     own = _found(optimizer)
-    if own.trials == 0:  # the wall-time cap struck during the first trial
-        return own, False
+    if not needs_reference(own, sizes, len(terms)):
+        return own, complete
     seconds_left = max(deadline - time.perf_counter(), 1e-3)
     tree, reference_complete = reference_search(
         terms, output, sizes, itemsize, memory_limit, seed, own.trials, seconds_left
@@ -472,13 +475,47 @@ def _search(
         tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
     complete = complete and reference_complete
-    mine = Cost(int(own.flops), own.peak_bytes, own.time)
-    theirs = Cost(int(reference.flops), reference.peak_bytes, reference.time)
-    if limited_score(theirs, memory_limit, profile) < limited_score(
-        mine, memory_limit, profile
-    ):
+    if better(reference, own, memory_limit, profile):
         return dataclasses.replace(reference, trials=own.trials), complete
     return dataclasses.replace(own, reference_time=reference.time), complete
+
+
+def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
+    """Whether cotengra's reference search runs after einslice's own trials.
+
+    Not when no trial ran (the wall-time cap struck first), when the tree is
+    cheap (`cheap`: no search can save more than it costs), nor when
+    einslice's tree needs more than `REFERENCE_MAX_SLICES` slices: cotengra's
+    slicing reconfigures the whole tree once per doubling of the slices, and
+    there a single trial took minutes (a 15x20 lattice at 512 kB: 225 s).
+
+    Example:
+        >>> own = Found(((0, 1),), (0,), 1e9, 1.0, 4, 10**6)
+        >>> needs_reference(own, [8, 8], 2), needs_reference(own, [1024, 8], 2)
+        (True, False)
+    """
+    slices = math.prod(sizes[i] for i in own.sliced)
+    return (
+        own.trials > 0
+        and not cheap(own.time, n_terms)
+        and slices <= REFERENCE_MAX_SLICES
+    )
+
+
+def better(a: Found, b: Found, memory_limit: int, profile: Profile) -> bool:
+    """Whether tree ``a`` beats ``b``: fits when ``b`` does not, else scores less.
+
+    The score is `limited_score` of each tree's estimate with its sliced
+    indices at chunk 1 (what the search minimizes).
+    """
+    a_over, b_over = a.peak_bytes > memory_limit, b.peak_bytes > memory_limit
+    if a_over != b_over:
+        return b_over
+    scores = [
+        limited_score(Cost(int(f.flops), f.peak_bytes, f.time), memory_limit, profile)
+        for f in (a, b)
+    ]
+    return scores[0] < scores[1]
 
 
 def reference_search(
@@ -547,10 +584,10 @@ def _reference_found(
 ) -> Found:
     """The reference tree as a `Found`: as cotengra sliced it, or sliced further.
 
-    Scored as the search scores its own trees (`limited_score`): the tree as
-    cotengra sliced it and, while over the limit, the same tree sliced
-    further; the best score wins (so the reference never scores worse than
-    cotengra's own tree).
+    The tree as cotengra sliced it and, while over the limit in einslice's
+    peak model, the same tree sliced further: the first that fits, else the
+    one `limited_score` scores best (as `better` ranks trees, so the
+    reference never ranks below cotengra's own tree).
     """
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
     variants = []
@@ -569,11 +606,13 @@ def _reference_found(
             dict.fromkeys(sliced, 1),
             profile,
         )
+        over = cost.peak_bytes > memory_limit
         score = limited_score(cost, memory_limit, profile)
-        variants.append((score, sliced, cost, float(tree.contraction_cost())))
-        if cost.peak_bytes <= memory_limit:
+        variants.append((over, score, sliced, cost, float(tree.contraction_cost())))
+        if not over:
             break  # the least slicing that fits: more only adds work
-    _, sliced, cost, flops = min(variants, key=lambda v: v[0])
+    # one that fits, else the best score (as `better` ranks trees)
+    _, _, sliced, cost, flops = min(variants, key=lambda v: v[:2])
     return Found(
         path=path,
         sliced=sliced,
