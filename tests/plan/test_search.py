@@ -168,7 +168,9 @@ def _never_worse(equation, limit, seed):
     assert found.trials > 0, "meant to be searched, not the quick greedy tree"
     ran = found.by == "cotengra" or math.isfinite(found.reference_time)
     assert ran, "meant to run the reference search"
-    tree = _cotengra_tree(terms, output, sizes, limit, seed, found.trials)
+    budget = found.reference_trials  # the search's budget rule, stated in _search
+    assert budget >= 1
+    tree = _cotengra_tree(terms, output, sizes, limit, seed, budget)
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
     chunks = dict.fromkeys((int(i) for i in tree.sliced_inds), 1)
     cost = _search.estimate(terms, output, sizes, 4, "sum", path, chunks)

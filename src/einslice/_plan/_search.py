@@ -92,6 +92,11 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# One trial of cotengra's reference search (its default subtree
+# reconfiguration, slicing reconfigured per doubling of slices) took 5-6x one
+# of einslice's own trials here (randreg-60 bonds 5-8 at 256 MB: 6 trials 5.1
+# s against 1.0 s; randreg-100 bonds 3-6: 14 trials 73 s against 13 s).
+REFERENCE_TRIAL_COST_PER_TENSOR = 5 * TRIAL_COST_PER_TENSOR
 # cotengra's reference search runs when einslice's own tree has at most this
 # many slices (chunks at chunk size 1), see `needs_reference`.
 REFERENCE_MAX_SLICES = 256
@@ -168,8 +173,9 @@ class Found:
             greedy tree) or "cotengra" (the reference search's, when einslice's
             cost model scored it faster).
         reference_time: einslice's estimate of the reference search's best tree
-            under the limit (``inf``: no reference ran, or none of its trees
-            fit the limit).
+            with its sliced indices at chunk 1 (``inf``: no reference ran).
+        reference_trials: how many trials the reference search ran (0: none,
+            see `needs_reference` and `reference_budget`).
     """
 
     path: Path
@@ -180,6 +186,7 @@ class Found:
     peak_bytes: int
     by: str = "einslice"
     reference_time: float = math.inf
+    reference_trials: int = 0
 
 
 def default_trials(n_operands: int) -> int:
@@ -303,6 +310,7 @@ def _load(file, n_terms: int, n_indices: int) -> Found | None:
             peak_bytes=int(data["peak_bytes"]),
             by=str(data["by"]),
             reference_time=float(data["reference_time"]),
+            reference_trials=int(data["reference_trials"]),
         )
         _check_found(found, n_terms, n_indices)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -348,6 +356,7 @@ def _store(file, found: Found) -> None:
         "peak_bytes": found.peak_bytes,
         "by": found.by,
         "reference_time": found.reference_time,  # Python's json keeps inf
+        "reference_trials": found.reference_trials,
     }
     write_atomic(file, json.dumps(data))  # unwritable: a re-search, one warning
 
@@ -468,16 +477,36 @@ def _search(
     if not needs_reference(own, sizes, len(terms)):
         return own, complete
     seconds_left = max(deadline - time.perf_counter(), 1e-3)
+    budget = reference_budget(own, len(terms))
     tree, reference_complete = reference_search(
-        terms, output, sizes, itemsize, memory_limit, seed, own.trials, seconds_left
+        terms, output, sizes, itemsize, memory_limit, seed, budget, seconds_left
     )
     reference = _reference_found(
         tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
     complete = complete and reference_complete
     if better(reference, own, memory_limit, profile):
-        return dataclasses.replace(reference, trials=own.trials), complete
-    return dataclasses.replace(own, reference_time=reference.time), complete
+        chosen = dataclasses.replace(reference, trials=own.trials)
+    else:
+        chosen = dataclasses.replace(own, reference_time=reference.time)
+    return dataclasses.replace(chosen, reference_trials=budget), complete
+
+
+def reference_budget(own: Found, n_terms: int) -> int:
+    """The reference search's trials: at most as many as einslice's own ran.
+
+    Fewer when they would cost more than einslice's best tree's estimated run
+    time (searching longer cannot pay): each reference trial is counted as
+    `REFERENCE_TRIAL_COST_PER_TENSOR` per tensor (the rule that ends
+    einslice's own trials, with cotengra's heavier trial); at least one.
+
+    Example:
+        >>> own = Found(((0, 1),), (), 1e9, 10.0, 12, 10**6)  # 10 s, 12 trials
+        >>> reference_budget(own, 60), reference_budget(own, 300)
+        (12, 4)
+    """
+    affordable = int(own.time // (n_terms * REFERENCE_TRIAL_COST_PER_TENSOR))
+    return max(1, min(own.trials, affordable))
 
 
 def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
