@@ -27,8 +27,14 @@ far cost more than the best tree's estimated run time, counting each trial as
 ``TRIAL_COST_PER_TENSOR`` per tensor, or after ``patience`` trials in a row
 that did not improve it; stop after ``trials`` trials in any case, and never
 later than ``search_seconds`` of wall time*.
-All but the last count trials, not seconds, so a given seed gives the same tree
-on any machine, loaded or not; the wall-time cap is a safety net only (a
+Then cotengra's own ``HyperOptimizer``, configured as its users run it at this
+limit (`reference_search`), gets the same seed and as many trials, fewer when
+they would cost more than the best tree's estimated run time
+(`reference_budget`; none for a cheap tree or beyond `REFERENCE_MAX_SLICES`),
+and the search returns whichever of the two trees ranks better under the
+limit (`better`): never a tree worse than the reference's.
+All but the wall-time cap count trials, not seconds, so a given seed gives the
+same tree on any machine, loaded or not; the wall-time cap is a safety net only (a
 search it cuts short is not reproducible, so it is not stored on disk).
 
 Found trees are cached in memory and as JSON files under
