@@ -355,17 +355,39 @@ def run_einslice(network: Network, limit: int, max_seconds: float) -> dict:
 
     low, _ = _dtypes(network)
     ops = [jnp.asarray(a, dtype=low) for a in network.arrays]
+    from einslice._plan import _planner
+
     _forget_trees()
-    start = time.perf_counter()
-    plan = einslice.plan(*interleaved(network, ops), memory_limit=limit)
-    planning = time.perf_counter() - start
+    searched = []  # the tree search's answer, when the planner ran it
+
+    def recording(*args, **kwargs):
+        searched.append(search_tree(*args, **kwargs))
+        return searched[-1]
+
+    search_tree, _planner.search_tree = _planner.search_tree, recording
+    try:
+        start = time.perf_counter()
+        plan = einslice.plan(*interleaved(network, ops), memory_limit=limit)
+        planning = time.perf_counter() - start
+    finally:
+        _planner.search_tree = search_tree
     value, first, warm = timed(lambda: plan(*ops).block_until_ready(), max_seconds)
+    note = (
+        f"{len(plan.steps)} steps, {len(plan.chunks)} sliced, "
+        f"10^{math.log10(max(plan.flops, 1)):.1f} FLOPs"
+    )
+    for found in searched:
+        note += (
+            f"; tree by {found.by} ({found.trials} trials, est. "
+            f"{found.time * 1e3:.3g} ms; reference {found.reference_trials} "
+            f"trials, est. {found.reference_time * 1e3:.3g} ms)"
+        )
     return {
         "value": np.asarray(value),
         "warm": warm,
         "e2e": planning + first,
         "memory": plan.peak_bytes,
-        "note": f"{len(plan.steps)} steps, {len(plan.chunks)} sliced",
+        "note": note,
     }
 
 
@@ -469,7 +491,9 @@ def run_cotengra(network, tree, search_seconds, backend, max_seconds) -> dict:
         "warm": warm,
         "e2e": search_seconds + first,
         "memory": int(tree.max_size()) * np.dtype(low).itemsize,
-        "note": f"{tree.nslices} slices",
+        # cotengra counts a multiply-add as one FLOP, einslice as two
+        "note": f"{tree.nslices} slices, "
+        f"10^{math.log10(max(2 * tree.contraction_cost(), 1)):.1f} FLOPs",
     }
 
 
@@ -613,7 +637,8 @@ def report(rows, networks_by_name, limit_text: str, limit: int, command: str) ->
     head = ["network", "family", "tensors"]
     for m in METHODS:
         head += [f"{m} warm", f"{m} e2e", f"{m} MB", f"{m} err"]
-    head += ["speed warm", "in limit", "speed e2e", "in limit", "einslice plan"]
+    head += ["speed warm", "in limit", "speed e2e", "in limit"]
+    head += ["einslice plan", "cotengra tree"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     warm = dict((n, (a, b)) for n, a, b in speedups(rows, limit, "warm"))
     e2e = dict((n, (a, b)) for n, a, b in speedups(rows, limit, "e2e"))
@@ -625,6 +650,7 @@ def report(rows, networks_by_name, limit_text: str, limit: int, command: str) ->
         for a, b in (warm[name], e2e[name]):
             cells += [f"{a:.2f}" if a else "—", f"{b:.2f}" if b else "—"]
         cells.append(row["einslice"].get("note", ""))
+        cells.append(row["ctg-numpy"].get("note", ""))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     for label, table in (("warm", warm), ("end to end", e2e)):
