@@ -58,6 +58,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -126,8 +127,12 @@ def _from_cotengra(name, family, equation, quick=False):
 
 def networks() -> list[Network]:
     """The benchmark's networks, seeded (the same on every run)."""
-    import einsum_benchmark.generators as gen
-    from cotengra import utils
+    import importlib
+
+    # Any: some generators are defined as raisers when an extra is missing,
+    # which type checkers read as NoReturn.
+    gen: Any = importlib.import_module("einsum_benchmark.generators")
+    utils: Any = importlib.import_module("cotengra.utils")
 
     nets = []
     regular = gen.random.regular
@@ -447,11 +452,11 @@ def cotengra_tree(network: Network, limit: int, itemsize: int, seconds: float):
 
     optimizer = cotengra.HyperOptimizer(
         methods=["kahypar", "greedy"],
-        slicing_reconf_opts={"target_size": max(2, limit // itemsize)},
-        reconf_opts={},
+        slicing_reconf_opts={"target_size": max(2, limit // itemsize)},  # pyright: ignore[reportArgumentType]
+        reconf_opts={},  # pyright: ignore[reportArgumentType]
         max_repeats=32,
         max_time=seconds,
-        parallel=False,
+        parallel=False,  # pyright: ignore[reportArgumentType]
         progbar=False,
     )
     text = subscripts(network)
@@ -520,7 +525,7 @@ def measure(network: Network, limit: int, args) -> dict:
     low, _ = _dtypes(network)
     itemsize = np.dtype(low).itemsize
     row: dict = {}
-    tree = None
+    tree, seconds = None, 0.0
     try:
         tree, seconds = cotengra_tree(network, limit, itemsize, args.cotengra_seconds)
     except Exception as failure:  # reported in the table
@@ -528,6 +533,7 @@ def measure(network: Network, limit: int, args) -> dict:
             row[f"ctg-{backend}"] = {"note": _brief(failure)}
     try:
         exact, _, _ = timed(lambda: reference(network, tree), args.max_seconds, 0)
+        exact = np.asarray(exact)
     except Stopped:
         exact = None
     runs = {
@@ -676,7 +682,7 @@ def report(rows, networks_by_name, limit_text: str, limit: int, command: str) ->
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--memory-limit", default="256MB")
     parser.add_argument("--quick", action="store_true", help="a small subset")
     parser.add_argument("--families", help="comma-separated families to run")
@@ -704,7 +710,7 @@ def main() -> int:
             print(f"{n.name:28} {n.family:13} {len(n.terms):4} tensors")
         return 0
     by_name = {n.name: n for n in chosen}
-    rows = []
+    rows, text = [], ""
     command = "python benchmarks/networks.py " + " ".join(sys.argv[1:])
     for network in chosen:
         print(f"{network.name} ...", file=sys.stderr, flush=True)

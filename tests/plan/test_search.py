@@ -6,6 +6,7 @@ import json
 import math
 import multiprocessing.process
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import opt_einsum
@@ -16,6 +17,9 @@ import einslice
 from einslice._plan import _kahypar, _planner, _search
 from einslice._plan._profile import CPU_DEFAULT
 from einslice._plan._search import search_tree
+
+if TYPE_CHECKING:
+    from cotengra import ContractionTree
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "uai"
 
@@ -134,16 +138,17 @@ def _cotengra_tree(terms, output, sizes, limit, seed, trials):
         parallel=False,  # pyright: ignore[reportArgumentType]
         optlib="optuna",
         optlib_opts={"sampler_opts": {"seed": seed}},
-        reconf_opts={},
+        reconf_opts={},  # pyright: ignore[reportArgumentType]
         slicing_reconf_opts={"target_size": limit // 4},  # pyright: ignore[reportArgumentType]
         progbar=False,
     )
     state = random.getstate()
     random.seed(seed)
-    try:
-        return optimizer.search(
+    try:  # pyright reads search()'s result as its float default
+        tree = optimizer.search(
             [tuple(t) for t in terms], tuple(output), dict(enumerate(sizes))
         )
+        return cast("ContractionTree", tree)
     finally:
         random.setstate(state)
 

@@ -592,7 +592,7 @@ def reference_search(
         parallel=False,  # pyright: ignore[reportArgumentType]
         optlib="optuna",
         optlib_opts={"sampler_opts": {"seed": seed}},
-        reconf_opts={},
+        reconf_opts={},  # pyright: ignore[reportArgumentType]
         slicing_reconf_opts={"target_size": max(2, memory_limit // itemsize)},  # pyright: ignore[reportArgumentType]
         on_trial_error="raise",
         progbar=False,
