@@ -68,6 +68,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 # Peers without a memory limit (jnp.einsum, opt_einsum) are not run when
 # their own prediction of their temporaries is above this: the machine is shared.
 PEER_MEMORY_CAP = 3 * 10**9
+START_LOAD = os.getloadavg()[0]
 METHODS = ("einslice", "jnp-greedy", "oe-numpy", "ctg-numpy", "ctg-jax")
 PEERS = METHODS[1:]
 
@@ -626,7 +627,8 @@ def report(rows, networks_by_name, limit_text: str, limit: int, command: str) ->
         *environment_lines(
             jax.devices()[0],
             (
-                f"- load average at the end {os.getloadavg()[0]:.2f}: the machine "
+                f"- load average when the first network began {START_LOAD:.2f}, "
+                f"at the last row {os.getloadavg()[0]:.2f}: the machine "
                 "was shared with other jobs (a CI run, other sessions), so times "
                 "drift; ratios within a row were measured minutes apart",
             ),
