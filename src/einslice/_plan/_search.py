@@ -480,8 +480,8 @@ def _search(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds
     )
     own = _found(optimizer)
-    if not needs_reference(own, sizes, len(terms)):
-        return own, complete
+    if not complete or not needs_reference(own, sizes, len(terms)):
+        return own, complete  # (cut short by the wall-time cap: no time left)
     seconds_left = max(deadline - time.perf_counter(), 1e-3)
     budget = reference_budget(own, len(terms))
     tree, reference_complete = reference_search(
