@@ -58,6 +58,9 @@ SLOW_TESTS = {
         "test_four_simulated_devices",
         "test_split_operands_used_in_place",
     },
+    "tests/plan/test_search.py": {
+        "test_large_searches_are_never_worse_than_cotengras_at_the_same_budget",
+    },
     "tests/pgm/test_infer.py": {"test_grids_15_map_value_fits_256mb_and_bounds_log_z"},
     "tests/test_conformance.py": {
         "test_grad_matches_jnp",

@@ -27,8 +27,14 @@ far cost more than the best tree's estimated run time, counting each trial as
 ``TRIAL_COST_PER_TENSOR`` per tensor, or after ``patience`` trials in a row
 that did not improve it; stop after ``trials`` trials in any case, and never
 later than ``search_seconds`` of wall time*.
-All but the last count trials, not seconds, so a given seed gives the same tree
-on any machine, loaded or not; the wall-time cap is a safety net only (a
+Then cotengra's own ``HyperOptimizer``, configured as its users run it at this
+limit (`reference_search`), gets the same seed and as many trials, fewer when
+they would cost more than the best tree's estimated run time
+(`reference_budget`; none for a cheap tree or beyond `REFERENCE_MAX_SLICES`),
+and the search returns whichever of the two trees ranks better under the
+limit (`better`): never a tree worse than the reference's.
+All but the wall-time cap count trials, not seconds, so a given seed gives the
+same tree on any machine, loaded or not; the wall-time cap is a safety net only (a
 search it cuts short is not reproducible, so it is not stored on disk).
 
 Found trees are cached in memory and as JSON files under
@@ -66,7 +72,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 4
+_VERSION = 5
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -92,6 +98,14 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# One trial of cotengra's reference search (its default subtree
+# reconfiguration, slicing reconfigured per doubling of slices) took 5-6x one
+# of einslice's own trials here (randreg-60 bonds 5-8 at 256 MB: 6 trials 5.1
+# s against 1.0 s; randreg-100 bonds 3-6: 14 trials 73 s against 13 s).
+REFERENCE_TRIAL_COST_PER_TENSOR = 5 * TRIAL_COST_PER_TENSOR
+# cotengra's reference search runs when einslice's own tree has at most this
+# many slices (chunks at chunk size 1), see `needs_reference`.
+REFERENCE_MAX_SLICES = 256
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
 
@@ -159,7 +173,15 @@ class Found:
             the limit when no tree the search found fits: chunk sizing may
             still slice more).
         trials: how many trials the search ran (0: the plain greedy tree was
-            cheap enough, see `_quick_tree`).
+            cheap enough, see `_quick_tree`); cotengra's reference search ran
+            as many (see `reference_search`).
+        by: whose tree this is: "einslice" (its own search, or the quick
+            greedy tree) or "cotengra" (the reference search's, when einslice's
+            cost model scored it faster).
+        reference_time: einslice's estimate of the reference search's best tree
+            with its sliced indices at chunk 1 (``inf``: no reference ran).
+        reference_trials: how many trials the reference search ran (0: none,
+            see `needs_reference` and `reference_budget`).
     """
 
     path: Path
@@ -168,6 +190,9 @@ class Found:
     time: float
     trials: int
     peak_bytes: int
+    by: str = "einslice"
+    reference_time: float = math.inf
+    reference_trials: int = 0
 
 
 def default_trials(n_operands: int) -> int:
@@ -290,6 +315,9 @@ def _load(file, n_terms: int, n_indices: int) -> Found | None:
             time=float(data["time"]),
             trials=int(data["trials"]),
             peak_bytes=int(data["peak_bytes"]),
+            by=str(data["by"]),
+            reference_time=float(data["reference_time"]),
+            reference_trials=int(data["reference_trials"]),
         )
         _check_found(found, n_terms, n_indices)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -321,6 +349,8 @@ def _check_found(found: Found, n_terms: int, n_indices: int) -> None:
     figures = (found.flops, found.time, found.peak_bytes, found.trials)
     if not all(math.isfinite(x) and x >= 0 for x in figures):
         raise ValueError(f"figures {figures} are not finite and >= 0")
+    if found.by not in ("einslice", "cotengra") or not found.reference_time >= 0:
+        raise ValueError(f"by={found.by!r}, reference_time={found.reference_time}")
 
 
 def _store(file, found: Found) -> None:
@@ -331,6 +361,9 @@ def _store(file, found: Found) -> None:
         "time": found.time,
         "trials": found.trials,
         "peak_bytes": found.peak_bytes,
+        "by": found.by,
+        "reference_time": found.reference_time,  # Python's json keeps inf
+        "reference_trials": found.reference_trials,
     }
     write_atomic(file, json.dumps(data))  # unwritable: a re-search, one warning
 
@@ -351,11 +384,7 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
             cost = estimate(
                 terms, output, sizes, itemsize, semiring, path, chunks, profile
             )
-            score = ranking(cost, profile)
-            if cost.peak_bytes > memory_limit:
-                score *= _OVER_LIMIT_PENALTY ** math.log2(
-                    cost.peak_bytes / memory_limit
-                )
+            score = limited_score(cost, memory_limit, profile)
             trial["einslice_time"] = cost.time
             trial["einslice_peak"] = cost.peak_bytes
             # cotengra transforms scores as if positive and > 1 (a log of a
@@ -363,6 +392,25 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
             return math.log2(max(score * profile.matmul_flops, 2.0))
 
     return EinsliceTime()
+
+
+def limited_score(cost: Cost, memory_limit: int, profile: Profile) -> float:
+    """What the search minimizes: estimated time, penalised above the limit.
+
+    The time is `ranking`'s (nudged towards smaller peaks), multiplied by
+    `_OVER_LIMIT_PENALTY` per doubling of the peak over the limit.
+
+    Example:
+        >>> fits = Cost(flops=0, peak_bytes=2**20, time=1.0)
+        >>> over = Cost(flops=0, peak_bytes=2**22, time=1.0)
+        >>> score = lambda cost: limited_score(cost, 2**21, CPU_DEFAULT)
+        >>> score(over) / score(fits)
+        16.0
+    """
+    score = ranking(cost, profile)
+    if cost.peak_bytes > memory_limit:
+        score *= _OVER_LIMIT_PENALTY ** math.log2(cost.peak_bytes / memory_limit)
+    return score
 
 
 def estimate(
@@ -424,6 +472,7 @@ def _search(
     del given
     elimination.register()
     kahypar.register()
+    deadline = time.perf_counter() + search_seconds
     objective = _objective(
         terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
@@ -431,7 +480,185 @@ def _search(
     complete = _run_trials(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds
     )
-    return _found(optimizer), complete
+    own = _found(optimizer)
+    if not complete or not needs_reference(own, sizes, len(terms)):
+        return own, complete  # (cut short by the wall-time cap: no time left)
+    seconds_left = max(deadline - time.perf_counter(), 1e-3)
+    budget = reference_budget(own, len(terms))
+    tree, reference_complete = reference_search(
+        terms, output, sizes, itemsize, memory_limit, seed, budget, seconds_left
+    )
+    reference = _reference_found(
+        tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
+    )
+    complete = complete and reference_complete
+    if better(reference, own, memory_limit, profile):
+        chosen = dataclasses.replace(reference, trials=own.trials)
+    else:
+        chosen = dataclasses.replace(own, reference_time=reference.time)
+    return dataclasses.replace(chosen, reference_trials=budget), complete
+
+
+def reference_budget(own: Found, n_terms: int) -> int:
+    """The reference search's trials: at most as many as einslice's own ran.
+
+    Fewer when they would cost more than einslice's best tree's estimated run
+    time (searching longer cannot pay): each reference trial is counted as
+    `REFERENCE_TRIAL_COST_PER_TENSOR` per tensor (the rule that ends
+    einslice's own trials, with cotengra's heavier trial); at least one.
+
+    Example:
+        >>> own = Found(((0, 1),), (), 1e9, 10.0, 12, 10**6)  # 10 s, 12 trials
+        >>> reference_budget(own, 60), reference_budget(own, 300)
+        (12, 4)
+    """
+    affordable = int(own.time // (n_terms * REFERENCE_TRIAL_COST_PER_TENSOR))
+    return max(1, min(own.trials, affordable))
+
+
+def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
+    """Whether cotengra's reference search runs after einslice's own trials.
+
+    Not when no trial ran (the wall-time cap struck first), when the tree is
+    cheap (`cheap`: no search can save more than it costs), nor when
+    einslice's tree needs more than `REFERENCE_MAX_SLICES` slices: cotengra's
+    slicing reconfigures the whole tree once per doubling of the slices, and
+    there a single trial took minutes (a 15x20 lattice at 512 kB: 225 s).
+
+    Example:
+        >>> own = Found(((0, 1),), (0,), 1e9, 1.0, 4, 10**6)
+        >>> needs_reference(own, [8, 8], 2), needs_reference(own, [1024, 8], 2)
+        (True, False)
+    """
+    slices = math.prod(sizes[i] for i in own.sliced)
+    return (
+        own.trials > 0
+        and not cheap(own.time, n_terms)
+        and slices <= REFERENCE_MAX_SLICES
+    )
+
+
+def better(a: Found, b: Found, memory_limit: int, profile: Profile) -> bool:
+    """Whether tree ``a`` beats ``b``: fits when ``b`` does not, else scores less.
+
+    The score is `limited_score` of each tree's estimate with its sliced
+    indices at chunk 1 (what the search minimizes).
+    """
+    a_over, b_over = a.peak_bytes > memory_limit, b.peak_bytes > memory_limit
+    if a_over != b_over:
+        return b_over
+    scores = [
+        limited_score(Cost(int(f.flops), f.peak_bytes, f.time), memory_limit, profile)
+        for f in (a, b)
+    ]
+    return scores[0] < scores[1]
+
+
+def reference_search(
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+    itemsize: int,
+    memory_limit: int,
+    seed: int,
+    trials: int,
+    seconds: float = math.inf,
+) -> tuple[ContractionTree, bool]:
+    """The reference search: cotengra's own hyper-optimizer at this limit.
+
+    The reference the tree search must not lose to: ``HyperOptimizer`` over
+    kahypar (`_kahypar.METHOD`: cotengra's kahypar trees, built in this
+    process) and greedy trees, optuna seeded by ``seed``, cotengra's default
+    subtree reconfiguration (``reconf_opts={}``) and slicing with
+    reconfiguration to the limit in entries (``slicing_reconf_opts``), its
+    default objective (FLOPs), ``trials`` trials: the same budget as the
+    search's own trials. Python's ``random`` is seeded with ``seed`` for the
+    run and put back after, so a seed gives the same tree on any machine;
+    ``seconds`` caps the wall time (then not reproducible: the second value
+    says whether all trials ran).
+
+    Example:
+        >>> terms = [(i, (i + 1) % 16) for i in range(16)]
+        >>> tree, complete = reference_search(terms, (), [4] * 16, 4, 2**20, 0, 2)
+        >>> len(tree.get_path()), complete
+        (15, True)
+    """
+    import cotengra
+
+    kahypar.register()
+    optimizer = cotengra.HyperOptimizer(
+        methods=[kahypar.METHOD, "greedy"],
+        max_repeats=trials,
+        max_time=None if math.isinf(seconds) else seconds,
+        parallel=False,  # pyright: ignore[reportArgumentType]
+        optlib="optuna",
+        optlib_opts={"sampler_opts": {"seed": seed}},
+        reconf_opts={},  # pyright: ignore[reportArgumentType]
+        slicing_reconf_opts={"target_size": max(2, memory_limit // itemsize)},  # pyright: ignore[reportArgumentType]
+        on_trial_error="raise",
+        progbar=False,
+    )
+    state = random.getstate()
+    random.seed(seed)
+    try:
+        tree = optimizer.search(
+            [tuple(t) for t in terms], tuple(output), dict(enumerate(sizes))
+        )
+    finally:
+        random.setstate(state)
+    return cast("ContractionTree", tree), len(optimizer.scores) >= trials
+
+
+# The reference's tree is sliced to the limit in cotengra's entries; einslice's
+# peak also counts a step's operands and copies. When that is over the limit,
+# the tree is sliced further, to these fractions of it, until one fits.
+_RESLICE_FRACTIONS = (1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 64)
+
+
+def _reference_found(
+    tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
+) -> Found:
+    """The reference tree as a `Found`: as cotengra sliced it, or sliced further.
+
+    The tree as cotengra sliced it and, while over the limit in einslice's
+    peak model, the same tree sliced further: the first that fits, else the
+    one `limited_score` scores best (as `better` ranks trees, so the
+    reference never ranks below cotengra's own tree).
+    """
+    path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    variants = []
+    for fraction in (1.0, *_RESLICE_FRACTIONS):
+        if fraction < 1.0:
+            target = max(2, int(memory_limit // itemsize * fraction))
+            tree = tree.slice(target_size=target, seed=0)
+        sliced = tuple(int(i) for i in tree.sliced_inds)
+        cost = estimate(
+            terms,
+            output,
+            sizes,
+            itemsize,
+            semiring,
+            path,
+            dict.fromkeys(sliced, 1),
+            profile,
+        )
+        over = cost.peak_bytes > memory_limit
+        score = limited_score(cost, memory_limit, profile)
+        variants.append((over, score, sliced, cost, float(tree.contraction_cost())))
+        if not over:
+            break  # the least slicing that fits: more only adds work
+    # one that fits, else the best score (as `better` ranks trees)
+    _, _, sliced, cost, flops = min(variants, key=lambda v: v[:2])
+    return Found(
+        path=path,
+        sliced=sliced,
+        flops=flops,
+        time=cost.time,
+        trials=0,
+        peak_bytes=cost.peak_bytes,
+        by="cotengra",
+        reference_time=cost.time,
+    )
 
 
 def _quick_tree(
