@@ -1,0 +1,387 @@
+"""A scalar contraction's value and gradient in numpy on the host, nothing compiled.
+
+Marginals are the gradient of log Z and a MAP state comes from the gradient
+of the max-plus value; through JAX both compile the plan's forward and
+backward program, and for a small graphical model that compilation is
+nearly all the time (Promedus_24: ~30 s of compiling against 0.05 s of
+running, on a loaded 2-core machine). Here the plan's steps are walked
+forward in numpy as ``_host.run_on_host`` walks them, every node kept, and
+then in reverse:
+
+- ``"log"``: the forward walk runs in ``_host``'s scaled linear form, each
+  node ``m · e^s`` with ``max m = 1``. Write ``g_n = e^{s_n} ∂Z/∂N_n / Z`` for
+  node ``N_n = m_n e^{s_n}``; then ``g_root = 1 / m_root``, a step ``N = A ⋆ B``
+  (an einsum) hands ``A`` the cotangent ``(g ⋆ m_B) · e^{s_A + s_B - s}`` (the
+  einsum of the result's cotangent with the other side), and the gradient of
+  log Z with respect to a log-table ``θ`` is ``m_θ · g_θ``: every quantity
+  stays in the scaled range, so nothing overflows where the forward did not.
+- ``"max"``: the maximizing state is traced back from the root, each step
+  choosing the contracted indices that attain its maximum given the indices
+  its result has already fixed. The gradient returned is the indicator of
+  that state's entries: the max-plus gradient wherever the maximum is
+  unique; where states tie, one of them (the first in index order) rather
+  than JAX's even split.
+
+Plans of one device, one chunk (not sliced) and a scalar output are
+handled; `host_value_and_grad` returns None for the rest, and for a "log"
+network whose scaled form could underflow (the caller then compiles).
+`host_grad_pays` is the same rule as ``_host.pays_on_host``, for the
+derivative: estimated host time below the estimated compile time.
+
+Example:
+    >>> import einslice, numpy as np
+    >>> p = einslice.plan("i,i->", (2,), (2,), semiring="log", dtype="float64")
+    >>> value, (g, h) = host_value_and_grad(p, [np.log([1.0, 3.0]), np.zeros(2)])
+    >>> round(value, 4), g.round(3).tolist()  # ln 4, the marginal of i
+    (1.3863, [0.25, 0.75])
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from collections.abc import Sequence
+from math import prod
+
+import numpy as np
+
+from .._errors import EinsliceError
+from .._plan._semiring import semiring_named
+from .._plan._types import HostWalk, Plan, Step
+from .._plan._walk import MAX_BLOCK_ENTRIES
+from ._host import (
+    COMPILE_SECONDS_PER_STEP,
+    EINSUM_MAX_ENTRIES,
+    _einsum_pair,
+    _prepare,
+    _scaled_step,
+    _step,
+    _to_scaled,
+    _Underflow,
+    host_seconds,
+)
+
+# The backward walk contracts two einsums a step (a cotangent for each side)
+# where the forward contracts one; with the forward's own cost, about three
+# forward walks (measured: Promedus_24 and Grids_12, 2.2-2.9x).
+GRAD_PER_FORWARD = 3.0
+# Compiling a value-and-gradient program costs several times the forward
+# program: "log" plans of UAI networks, 42-49 steps, 30-52 s on this loaded
+# machine (0.6-1 s a step), ~2-8 s when quiet. The low end, three times the
+# forward's estimate, so that the host is chosen only when it clearly wins.
+GRAD_COMPILE_SECONDS_PER_STEP = 3 * COMPILE_SECONDS_PER_STEP
+_SUM = semiring_named("sum")
+_MAX = semiring_named("max")
+_LETTERS = string.ascii_letters
+
+
+def host_grad_supported(plan: Plan | HostWalk) -> bool:
+    """Whether `host_value_and_grad` can run ``plan``'s derivative at all.
+
+    One device, one chunk, a scalar output, and the "log" or "max" semiring.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,ij->", (2, 2), (2, 2), semiring="log")
+        >>> host_grad_supported(p)
+        True
+        >>> host_grad_supported(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
+        False
+    """
+    return (
+        plan.devices == 1
+        and plan.sharded is None
+        and plan.n_chunks == 1
+        and not plan.equation.output
+        and plan.semiring in ("log", "max")
+    )
+
+
+def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
+    """A bound on the temporary memory of `host_value_and_grad` on ``plan``.
+
+    Every forward node stays alive until the backward walk passes it, and a
+    cotangent of each may be alive beside them, so twice the nodes; the
+    gradients (one per operand, float64) and each operand's scaled copy;
+    each backward step's copies of its two sides and its result, twice;
+    for "max", the forward product's block. All at 8 bytes an entry.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->", (10, 10), (10, 10), semiring="log")
+        >>> host_grad_peak_bytes(p)  # 8 x (2 x 200 inputs + 2 x 21 nodes + 2 x 21)
+        3872
+    """
+    sizes = plan.equation.sizes
+
+    def numel(term) -> int:
+        return prod(sizes[i] for i in term)
+
+    terms = plan.node_terms()
+    inputs = sum(numel(dict.fromkeys(t)) for t in plan.equation.terms)
+    largest = 0
+    for step in plan.steps:
+        sides = numel(terms[step.left]) + numel(terms[step.right])
+        largest = max(largest, sides + numel(step.result))
+    entries = 2 * inputs + 2 * sum(numel(t) for t in terms) + 2 * largest
+    if plan.semiring == "max":
+        entries += MAX_BLOCK_ENTRIES
+    return 8 * entries
+
+
+def host_grad_seconds(plan: Plan | HostWalk) -> float:
+    """The host cost model's time for one `host_value_and_grad` of ``plan``."""
+    return GRAD_PER_FORWARD * host_seconds(plan)
+
+
+def host_grad_pays(plan: Plan | HostWalk, memory_limit: int) -> bool:
+    """Whether ``plan``'s value and gradient should be taken on the host.
+
+    When it can be (`host_grad_supported`), fits ``memory_limit``
+    (`host_grad_peak_bytes`) and is estimated to take less than compiling
+    the value-and-gradient program (``GRAD_COMPILE_SECONDS_PER_STEP`` a step).
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->", (3, 4), (4, 5), semiring="log")
+        >>> host_grad_pays(p, 2**20), host_grad_pays(p, 100)
+        (True, False)
+    """
+    return (
+        host_grad_supported(plan)
+        and host_grad_peak_bytes(plan) <= memory_limit
+        and host_grad_seconds(plan)
+        < GRAD_COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
+    )
+
+
+def host_value_and_grad(
+    plan: Plan | HostWalk, operands: Sequence
+) -> tuple[float, tuple[np.ndarray, ...]] | None:
+    """The scalar ``plan(*operands)`` and its gradient, in numpy, in float64.
+
+    Args:
+        plan: a plan (or `HostWalk`) with `host_grad_supported`.
+        operands: arrays of the planned shapes.
+
+    Returns:
+        ``(value, grads)``, one gradient per operand in its shape (float64);
+        for "max", the indicator of one maximizing state. When the value is
+        ``-inf`` (Z = 0, or no state possible) the gradient is undefined:
+        NaN for "log" (as JAX gives), zeros for "max". None when a "log"
+        network's scaled form could underflow: compile the gradient instead.
+
+    Raises:
+        EinsliceError: for a plan that `host_grad_supported` refuses, or
+            operands of other shapes than the plan's.
+    """
+    if not host_grad_supported(plan):
+        raise EinsliceError(
+            "host_value_and_grad takes plans of one device, not sliced, with a "
+            f"scalar output in the 'log' or 'max' semiring; this one has "
+            f"{plan.devices} device(s), {plan.n_chunks} chunk(s), output indices "
+            f"{list(plan.equation.output)} and semiring {plan.semiring!r}. Take "
+            "the gradient with jax.grad of the plan instead."
+        )
+    arrays = _squeezed(plan, operands)
+    if plan.semiring == "log":
+        found = _log_value_and_grad(plan, arrays)
+        if found is None:
+            return None
+        value, grads = found
+    else:
+        value, grads = _max_value_and_grad(plan, arrays)
+    eq = plan.equation
+    return value, tuple(
+        np.expand_dims(g, drop) if drop else g
+        for g, drop in zip(grads, eq.squeezed, strict=True)
+    )
+
+
+def _squeezed(plan: Plan | HostWalk, operands: Sequence) -> list[np.ndarray]:
+    """The operands in float64, their broadcast size-1 axes squeezed out."""
+    arrays = [np.asarray(x) for x in operands]
+    shapes = tuple(x.shape for x in arrays)
+    if shapes != plan.equation.shapes:
+        raise EinsliceError(
+            f"this plan was made for shapes {list(plan.equation.shapes)} but got "
+            f"{list(shapes)}; make a new plan with einslice.plan(...) for these "
+            "shapes."
+        )
+    return [
+        np.squeeze(x, drop).astype(np.float64) if drop else x.astype(np.float64)
+        for x, drop in zip(arrays, plan.equation.squeezed, strict=True)
+    ]
+
+
+# -- "log": the scaled forward walk, then its cotangents in reverse -------------------
+
+
+def _log_value_and_grad(
+    plan: Plan | HostWalk, arrays: list[np.ndarray]
+) -> tuple[float, list[np.ndarray]] | None:
+    eq = plan.equation
+    nodes: list = []
+    for x, term, kept in zip(arrays, eq.terms, plan.prepared, strict=True):
+        node = _to_scaled(x, term, kept, single=False)
+        if node is None:
+            return None
+        nodes.append(node)
+
+    def record(step, left, left_term, right, right_term):
+        nodes.append(_scaled_step(step, left, left_term, right, right_term))
+        return nodes[-1]
+
+    try:
+        (root, _, _), _ = plan.walk_steps(list(nodes), record)
+    except _Underflow:
+        return None
+    top = float(root)
+    if top == 0.0:  # Z = 0: log Z is -inf and its gradient undefined
+        return -math.inf, [np.full(x.shape, np.nan) for x in arrays]
+    value = math.log(top) + nodes[-1][1]
+    terms = plan.node_terms()
+    n_operands = len(arrays)
+    cotangents: dict[int, np.ndarray] = {len(nodes) - 1: np.array(1.0 / top)}
+    for s in range(len(plan.steps) - 1, -1, -1):
+        step, n = plan.steps[s], n_operands + s
+        g, shift = cotangents.pop(n), nodes[n][1]
+        nodes[n] = None  # Why: its consumer's backward step was its last use
+        for this, other in ((step.left, step.right), (step.right, step.left)):
+            m_other, shift_other, _ = nodes[other]
+            scale = math.exp(nodes[this][1] + shift_other - shift)
+            g_this = _cotangent(g, step.result, m_other, terms[other], terms[this])
+            g_this *= scale
+            cotangents[this] = g_this
+    grads = []
+    for k, (x, term) in enumerate(zip(arrays, eq.terms, strict=True)):
+        shift = nodes[k][1]
+        grads.append(_table_grad(x, term, terms[k], cotangents.pop(k), shift))
+        nodes[k] = None
+    return value, grads
+
+
+def _cotangent(
+    g: np.ndarray,
+    result_term: tuple[int, ...],
+    other: np.ndarray,
+    other_term: tuple[int, ...],
+    this_term: tuple[int, ...],
+) -> np.ndarray:
+    """The einsum of a step's output cotangent with the other side, onto this side.
+
+    An index of this side that neither the output nor the other side has (the
+    forward summed it alone) gets the cotangent broadcast along it.
+    """
+    present = set(result_term) | set(other_term)
+    target = tuple(i for i in this_term if i in present)
+    contracted = tuple(i for i in result_term if i in other_term and i not in target)
+    step = Step(left=0, right=0, result=target, contracted=contracted)
+    small = g.size * other.size <= EINSUM_MAX_ENTRIES
+    if small and len(set(result_term + other_term)) <= len(_LETTERS):
+        out = _einsum_pair(step, g, result_term, other, other_term)
+    else:
+        out = _step(_SUM, step, g, result_term, other, other_term)
+    out = np.asarray(out, dtype=np.float64)
+    if target != this_term:  # a private index: broadcast along it
+        shape = [out.shape[target.index(i)] if i in target else 1 for i in this_term]
+        out = out.reshape(shape)
+    return out
+
+
+def _table_grad(
+    x: np.ndarray,
+    term: tuple[int, ...],
+    kept: tuple[int, ...],
+    g: np.ndarray,
+    shift: float,
+) -> np.ndarray:
+    """``∂ log Z / ∂ x`` of a log-table: its linear entries times their cotangent.
+
+    ``g`` is the cotangent of the prepared node (indices ``kept``, the table's
+    distinct indices less its private ones, in order); private indices take
+    it broadcast, repeated ones only on their diagonal.
+    """
+    unique = tuple(dict.fromkeys(term))
+    sizes = dict(zip(term, x.shape, strict=True))
+    g = np.broadcast_to(
+        g.reshape([sizes[i] if i in kept else 1 for i in unique]),
+        [sizes[i] for i in unique],
+    )
+    local = {i: k for k, i in enumerate(unique)}
+    if len(unique) < len(term):  # the gradient lives on the diagonal only
+        out = np.zeros(x.shape)
+        diagonal = np.einsum(out, [local[i] for i in term], list(range(len(unique))))
+        x = np.einsum(x, [local[i] for i in term], list(range(len(unique))))
+    else:
+        out, diagonal = None, None
+    with np.errstate(over="ignore", invalid="ignore", under="ignore"):
+        linear = np.exp(x - shift)
+        grad = np.where(linear > 0, linear * g, 0.0)
+    if out is None:
+        return grad
+    assert diagonal is not None
+    diagonal[...] = grad
+    return out
+
+
+# -- "max": the forward walk, then the maximizing state traced back -----------------
+
+
+def _max_value_and_grad(
+    plan: Plan | HostWalk, arrays: list[np.ndarray]
+) -> tuple[float, list[np.ndarray]]:
+    eq = plan.equation
+    nodes: list = [
+        _prepare(_MAX, x, t, k)
+        for x, t, k in zip(arrays, eq.terms, plan.prepared, strict=True)
+    ]
+
+    def record(step, left, left_term, right, right_term):
+        nodes.append(_step(_MAX, step, left, left_term, right, right_term))
+        return nodes[-1]
+
+    root, _ = plan.walk_steps(list(nodes), record)
+    value = float(root)
+    if value == -math.inf or math.isnan(value):
+        return value, [np.zeros(x.shape) for x in arrays]
+    terms = plan.node_terms()
+    state: dict[int, int] = {}
+    for s in range(len(plan.steps) - 1, -1, -1):
+        step = plan.steps[s]
+        left, right = nodes[step.left], nodes[step.right]
+        _choose(state, [(left, terms[step.left]), (right, terms[step.right])])
+        nodes[len(arrays) + s] = None
+    grads = []
+    for x, term in zip(arrays, eq.terms, strict=True):
+        unique = tuple(dict.fromkeys(term))
+        local = {i: k for k, i in enumerate(unique)}
+        diagonal = np.einsum(x, [local[i] for i in term], list(range(len(unique))))
+        _choose(state, [(diagonal, unique)])
+        grad = np.zeros(x.shape)
+        grad[tuple(state[i] for i in term)] = 1.0
+        grads.append(grad)
+    return value, grads
+
+
+def _choose(state: dict[int, int], parts: list[tuple[np.ndarray, tuple]]) -> None:
+    """Fix the indices of these nodes that ``state`` lacks, maximizing their sum.
+
+    Each node is indexed at the states already fixed; what remains of them is
+    added over the grid of the free indices, and the first maximum is taken.
+    """
+    free = list(dict.fromkeys(i for _, term in parts for i in term if i not in state))
+    if not free:
+        return
+    total: np.ndarray | float = 0.0
+    sizes: dict[int, int] = {}
+    for x, term in parts:
+        sizes.update(zip(term, x.shape, strict=True))
+        x = x[tuple(state[i] if i in state else slice(None) for i in term)]
+        rest = [i for i in term if i not in state]
+        x = np.transpose(x, sorted(range(len(rest)), key=lambda a: free.index(rest[a])))
+        x = x.reshape([sizes[i] if i in rest else 1 for i in free])
+        total = total + x
+    grid = np.broadcast_to(total, [sizes[i] for i in free])
+    where = np.unravel_index(int(np.argmax(grid)), grid.shape)
+    state.update(zip(free, (int(w) for w in where), strict=True))
