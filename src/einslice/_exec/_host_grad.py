@@ -22,8 +22,11 @@ then in reverse:
   unique; where states tie, one of them (the first in index order) rather
   than JAX's even split.
 
-Plans of one device, one chunk (not sliced) and a scalar output are
-handled; `host_value_and_grad` returns None for the rest, and for a "log"
+A sliced plan's chunks are walked one at a time, as ``run_on_host`` walks
+them: for "log" each chunk's gradient enters the operands' gradients
+weighted by its share of Z (a running log-sum-exp rescales the sum so
+far); for "max" the best chunk's state is kept. Plans of one device and a
+scalar output are handled; `host_value_and_grad` returns None for a "log"
 network whose scaled form could underflow (the caller then compiles).
 `host_grad_pays` is the same rule as ``_host.pays_on_host``, for the
 derivative: estimated host time below the estimated compile time.
@@ -38,6 +41,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 import string
 from collections.abc import Sequence
@@ -70,6 +74,13 @@ GRAD_PER_FORWARD = 3.0
 # machine (0.6-1 s a step), ~2-8 s when quiet. The low end, three times the
 # forward's estimate, so that the host is chosen only when it clearly wins.
 GRAD_COMPILE_SECONDS_PER_STEP = 3 * COMPILE_SECONDS_PER_STEP
+# A backward product goes to the matrix unit (``_host._step``: transposed
+# copies of both sides, then a batched matmul) only when its rows, columns and
+# contracted entries are all at least this many; otherwise one ``np.einsum``
+# over the strided sides. A cotangent is often contracted with a side of its
+# own size down to a few entries (CSP_11: 2^18-entry sides of 16 indices, out
+# 16 entries): there the copies cost 0.1 s and einsum 3 ms.
+MATMUL_MIN_SIDE = 16
 _SUM = semiring_named("sum")
 _MAX = semiring_named("max")
 _LETTERS = string.ascii_letters
@@ -78,7 +89,8 @@ _LETTERS = string.ascii_letters
 def host_grad_supported(plan: Plan | HostWalk) -> bool:
     """Whether `host_value_and_grad` can run ``plan``'s derivative at all.
 
-    One device, one chunk, a scalar output, and the "log" or "max" semiring.
+    One device (operands not sharded), a scalar output, and the "log" or
+    "max" semiring.
 
     Example:
         >>> import einslice
@@ -91,7 +103,6 @@ def host_grad_supported(plan: Plan | HostWalk) -> bool:
     return (
         plan.devices == 1
         and plan.sharded is None
-        and plan.n_chunks == 1
         and not plan.equation.output
         and plan.semiring in ("log", "max")
     )
@@ -100,30 +111,46 @@ def host_grad_supported(plan: Plan | HostWalk) -> bool:
 def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
     """A bound on the temporary memory of `host_value_and_grad` on ``plan``.
 
-    Every forward node stays alive until the backward walk passes it, and a
-    cotangent of each may be alive beside them, so twice the nodes; the
-    gradients (one per operand, float64) and each operand's scaled copy;
-    each backward step's copies of its two sides and its result, twice;
-    for "max", the forward product's block. All at 8 bytes an entry.
+    The walk's own accounting, step by step, at 8 bytes an entry: the
+    operands' float64 copies and their gradients (whole, beside every
+    chunk); in a chunk, every forward node, alive until the backward walk
+    passes it, beside each forward step's copies of its two sides and its
+    product; then the cotangents alive at each backward step, beside its
+    copies of the output's cotangent and the other side and its result;
+    last a table's linear copy and its gradient. For "max", the forward
+    product's block too (its traced-back state needs less than cotangents).
 
     Example:
         >>> import einslice
         >>> p = einslice.plan("ij,jk->", (10, 10), (10, 10), semiring="log")
-        >>> host_grad_peak_bytes(p)  # 8 x (2 x 200 inputs + 2 x 21 nodes + 2 x 21)
-        3872
+        >>> host_grad_peak_bytes(p)  # 8 x (2 x 200 + 20 nodes, 20 cotangents, 2 x 100)
+        5120
     """
-    sizes = plan.equation.sizes
-
-    def numel(term) -> int:
-        return prod(sizes[i] for i in term)
-
+    eq = plan.equation
+    sizes = list(eq.sizes)
+    for index, chunk in plan.chunks:
+        sizes[index] = chunk
     terms = plan.node_terms()
-    inputs = sum(numel(dict.fromkeys(t)) for t in plan.equation.terms)
-    largest = 0
-    for step in plan.steps:
-        sides = numel(terms[step.left]) + numel(terms[step.right])
-        largest = max(largest, sides + numel(step.result))
-    entries = 2 * inputs + 2 * sum(numel(t) for t in terms) + 2 * largest
+    node = [prod(sizes[i] for i in t) for t in terms]
+    tables = [prod(eq.sizes[i] for i in dict.fromkeys(t)) for t in eq.terms]
+    n_operands = len(tables)
+    alive = sum(node[:n_operands])
+    peak = alive + max(tables, default=0)  # a table's exp before its diagonal
+    for s, step in enumerate(plan.steps):
+        sides = node[step.left] + node[step.right]
+        peak = max(peak, alive + 2 * sides + node[n_operands + s])
+        alive += node[n_operands + s]
+    cotangents = node[-1]
+    for s in range(len(plan.steps) - 1, -1, -1):
+        step, out = plan.steps[s], node[n_operands + s]
+        alive -= out
+        for this, other in ((step.left, step.right), (step.right, step.left)):
+            copies = 2 * (out + node[other]) + node[this]
+            peak = max(peak, alive + cotangents + copies)
+            cotangents += node[this]
+        cotangents -= out
+    peak = max(peak, alive + cotangents + 2 * max(tables, default=0))
+    entries = 2 * sum(tables) + peak
     if plan.semiring == "max":
         entries += MAX_BLOCK_ENTRIES
     return 8 * entries
@@ -177,25 +204,68 @@ def host_value_and_grad(
     """
     if not host_grad_supported(plan):
         raise EinsliceError(
-            "host_value_and_grad takes plans of one device, not sliced, with a "
-            f"scalar output in the 'log' or 'max' semiring; this one has "
-            f"{plan.devices} device(s), {plan.n_chunks} chunk(s), output indices "
+            "host_value_and_grad takes plans of one device with a scalar output "
+            "in the 'log' or 'max' semiring; this one has "
+            f"{plan.devices} device(s) (sharded={plan.sharded}), output indices "
             f"{list(plan.equation.output)} and semiring {plan.semiring!r}. Take "
             "the gradient with jax.grad of the plan instead."
         )
     arrays = _squeezed(plan, operands)
-    if plan.semiring == "log":
-        found = _log_value_and_grad(plan, arrays)
-        if found is None:
-            return None
-        value, grads = found
-    else:
-        value, grads = _max_value_and_grad(plan, arrays)
     eq = plan.equation
+    chunks = dict(plan.chunks)
+    ranges = [
+        [slice(s, min(s + c, eq.sizes[i])) for s in range(0, eq.sizes[i], c)]
+        for i, c in chunks.items()
+    ]
+    value = -math.inf
+    grads = [np.zeros(x.shape) for x in arrays]
+    for where in itertools.product(*ranges):
+        cut = dict(zip(chunks, where, strict=True))
+        blocks = [tuple(cut.get(i, slice(None)) for i in t) for t in eq.terms]
+        pieces = [x[block] for x, block in zip(arrays, blocks, strict=True)]
+        if plan.semiring == "log":
+            found = _log_value_and_grad(plan, pieces)
+            if found is None:
+                return None
+            value = _add_log_chunk(value, grads, blocks, *found)
+        else:
+            found = _max_value_and_grad(plan, pieces)
+            if found[0] > value:  # the first best chunk's state
+                value = found[0]
+                for grad, block, piece in zip(grads, blocks, found[1], strict=True):
+                    grad.fill(0.0)
+                    grad[block] = piece
+    if value == -math.inf and plan.semiring == "log":
+        grads = [np.full(x.shape, np.nan) for x in arrays]
     return value, tuple(
         np.expand_dims(g, drop) if drop else g
         for g, drop in zip(grads, eq.squeezed, strict=True)
     )
+
+
+def _add_log_chunk(
+    total: float,
+    grads: list[np.ndarray],
+    blocks: list[tuple],
+    value: float,
+    pieces: list[np.ndarray],
+) -> float:
+    """The log Z so far with one chunk's ``value`` added; ``grads`` updated in place.
+
+    A chunk's gradient of its own log-value enters weighted by its share,
+    ``e^{value - new total}``; what was summed before is rescaled by
+    ``e^{total - new total}``. A chunk of value ``-inf`` adds nothing.
+    """
+    if value == -math.inf:
+        return total
+    new = float(np.logaddexp(total, value))
+    if total != -math.inf:
+        for grad in grads:
+            grad *= math.exp(total - new)
+    weight = math.exp(value - new)
+    for grad, block, piece in zip(grads, blocks, pieces, strict=True):
+        grad[block] += weight * piece
+    return new
 
 
 def _squeezed(plan: Plan | HostWalk, operands: Sequence) -> list[np.ndarray]:
@@ -277,8 +347,15 @@ def _cotangent(
     target = tuple(i for i in this_term if i in present)
     contracted = tuple(i for i in result_term if i in other_term and i not in target)
     step = Step(left=0, right=0, result=target, contracted=contracted)
+    sizes = dict(zip(result_term, g.shape, strict=True))
+    sizes.update(zip(other_term, other.shape, strict=True))
+    rows = prod(sizes[i] for i in target if i in result_term and i not in other_term)
+    cols = prod(sizes[i] for i in target if i in other_term and i not in result_term)
+    inner = prod(sizes[i] for i in contracted)
+    matrix = min(rows, cols, inner) >= MATMUL_MIN_SIDE
     small = g.size * other.size <= EINSUM_MAX_ENTRIES
-    if small and len(set(result_term + other_term)) <= len(_LETTERS):
+    fits = len(set(result_term + other_term)) <= len(_LETTERS)
+    if fits and (small or not matrix):
         out = _einsum_pair(step, g, result_term, other, other_term)
     else:
         out = _step(_SUM, step, g, result_term, other, other_term)
