@@ -112,19 +112,20 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
     """A bound on the temporary memory of `host_value_and_grad` on ``plan``.
 
     The walk's own accounting, step by step, at 8 bytes an entry: the
-    operands' float64 copies and their gradients (whole, beside every
-    chunk); in a chunk, every forward node, alive until the backward walk
-    passes it, beside each forward step's copies of its two sides and its
-    product; then the cotangents alive at each backward step, beside its
-    copies of the output's cotangent and the other side and its result;
-    last a table's linear copy and its gradient. For "max", the forward
-    product's block too (its traced-back state needs less than cotangents).
+    operands' float64 copies, their gradients and a chunk's gradients (three
+    times the operands, alive throughout); in a chunk, every forward node,
+    alive until the backward walk passes it, beside each forward step's
+    copies of its two sides and its product; then the cotangents alive at
+    each backward step, beside its copies of the output's cotangent and the
+    other side and its result; a table's three temporaries (when scaled,
+    and for its gradient). For "max", the forward product's block too (its
+    traced-back state needs less than cotangents).
 
     Example:
         >>> import einslice
         >>> p = einslice.plan("ij,jk->", (10, 10), (10, 10), semiring="log")
-        >>> host_grad_peak_bytes(p)  # 8 x (2 x 200 + 20 nodes, 20 cotangents, 2 x 100)
-        5120
+        >>> host_grad_peak_bytes(p)  # 8 x (3 x 200 + 20 nodes, 20 cotangents, 3 x 100)
+        7520
     """
     eq = plan.equation
     sizes = list(eq.sizes)
@@ -132,10 +133,11 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
         sizes[index] = chunk
     terms = plan.node_terms()
     node = [prod(sizes[i] for i in t) for t in terms]
-    tables = [prod(eq.sizes[i] for i in dict.fromkeys(t)) for t in eq.terms]
+    tables = [prod(shape) for shape in eq.shapes]
+    temporaries = 3 * max(tables, default=0)  # a table's copy, shifted, exp
     n_operands = len(tables)
     alive = sum(node[:n_operands])
-    peak = alive + max(tables, default=0)  # a table's exp before its diagonal
+    peak = alive + temporaries
     for s, step in enumerate(plan.steps):
         sides = node[step.left] + node[step.right]
         peak = max(peak, alive + 2 * sides + node[n_operands + s])
@@ -149,8 +151,8 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
             peak = max(peak, alive + cotangents + copies)
             cotangents += node[this]
         cotangents -= out
-    peak = max(peak, alive + cotangents + 2 * max(tables, default=0))
-    entries = 2 * sum(tables) + peak
+    peak = max(peak, alive + cotangents + temporaries)
+    entries = 3 * sum(tables) + peak
     if plan.semiring == "max":
         entries += MAX_BLOCK_ENTRIES
     return 8 * entries
