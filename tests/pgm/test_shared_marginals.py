@@ -81,7 +81,10 @@ def _gradient_memory(name: str, limit: int) -> None:
     from einslice.pgm import _infer
 
     model, evidence = _load(name)
-    prepared = _infer._prepare(model, evidence, "log", limit, "auto", "float32")
+    # the compiled gradient's memory (small networks take the host's: host=False)
+    prepared = _infer._prepare(
+        model, evidence, "log", limit, "auto", "float32", host=False
+    )
     assert prepared.plan is not None
     assert prepared.plan.peak_bytes <= limit
     operands = prepared.operands()

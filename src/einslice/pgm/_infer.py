@@ -402,9 +402,7 @@ def _prepare(
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
     if optimize == "auto" and host and (value_only or profile is None):
-        quick = _quick_walk(
-            network, semiring, memory_limit, dtype_, derivative=not value_only
-        )
+        quick = _quick_walk(network, semiring, memory_limit, dtype_, not value_only)
         if quick is not None:
             replan = None
             if not value_only:  # Why: a network the host cannot take compiles
