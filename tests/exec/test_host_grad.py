@@ -29,6 +29,7 @@ from einslice._exec._host_grad import (
 from einslice._plan._equation import build_equation
 from einslice._plan._planner import prepare_terms
 from einslice._plan._search import greedy_path
+from einslice._plan._types import HostWalk, Plan
 from einslice._plan._walk import host_walk
 
 
@@ -104,7 +105,7 @@ def _plans(terms, cards, tables, semiring):
     for term, table in zip(terms, tables, strict=True):
         args += [table.shape, list(term)]
     whole = einslice.plan(*args, [], semiring=semiring, dtype=np.float64)
-    plans = [whole]
+    plans: list[Plan | HostWalk] = [whole]
     try:  # sliced, where some index can be
         tight = einslice.plan(
             *args,

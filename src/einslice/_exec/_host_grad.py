@@ -389,7 +389,7 @@ def _table_grad(
     )
     local = {i: k for k, i in enumerate(unique)}
     if len(unique) < len(term):  # the gradient lives on the diagonal only
-        out = np.zeros(x.shape)
+        out: np.ndarray | None = np.zeros(x.shape, dtype=np.float64)
         diagonal = np.einsum(out, [local[i] for i in term], list(range(len(unique))))
         x = np.einsum(x, [local[i] for i in term], list(range(len(unique))))
     else:

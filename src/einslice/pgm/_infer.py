@@ -431,9 +431,9 @@ def _prepare(
         # JAX for the device would start its backend (~6 ms, as long as
         # pgmpy's whole query of Promedus_24). Only a plan that compiles is
         # planned again, for the device, unless that is the host itself.
-        host = host_profile()
-        prepared = plan_for(host)
-        if prepared.on_host or current_profile() == host:
+        here = host_profile()
+        prepared = plan_for(here)
+        if prepared.on_host or current_profile() == here:
             return prepared
     return plan_for(current_profile())
 
