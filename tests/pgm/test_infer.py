@@ -315,7 +315,7 @@ def test_marginals_and_map_states_of_small_models_are_not_compiled(
         np.testing.assert_allclose(table, expected, rtol=1e-9, atol=1e-15)
     result = map_assignment(model, evidence)
     x = [result.assignment[v] for v in model.variables]
-    assert result.log_value == pytest.approx(scores.max(), rel=1e-12)
+    assert result.log_value == pytest.approx(scores.max(), rel=1e-6)  # float32
     assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-12)
     assert tuple(x) in states  # the evidence kept
 
@@ -501,7 +501,7 @@ def test_shared_marginals_and_map_states_are_not_compiled(name, monkeypatch):
         )
     result = map_assignment(model, evidence, memory_limit="256MB")
     x = [result.assignment[v] for v in model.variables]
-    assert model.log_score(x) == pytest.approx(result.log_value, rel=1e-12)
+    assert model.log_score(x) == pytest.approx(result.log_value, rel=1e-6)
     assert result.log_value == pytest.approx(map_value(model, evidence), abs=1e-3)
 
 

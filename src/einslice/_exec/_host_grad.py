@@ -118,8 +118,7 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
     copies of its two sides and its product; then the cotangents alive at
     each backward step, beside its copies of the output's cotangent and the
     other side and its result; a table's three temporaries (when scaled,
-    and for its gradient). For "max", the forward product's block too (its
-    traced-back state needs less than cotangents).
+    and for its gradient). "max" (`_max_peak_bytes`) keeps no cotangents.
 
     Example:
         >>> import einslice
@@ -127,12 +126,10 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
         >>> host_grad_peak_bytes(p)  # 8 x (3 x 200 + 20 nodes, 20 cotangents, 3 x 100)
         7520
     """
+    if plan.semiring == "max":
+        return _max_peak_bytes(plan)
     eq = plan.equation
-    sizes = list(eq.sizes)
-    for index, chunk in plan.chunks:
-        sizes[index] = chunk
-    terms = plan.node_terms()
-    node = [prod(sizes[i] for i in t) for t in terms]
+    node = _node_entries(plan)
     tables = [prod(shape) for shape in eq.shapes]
     temporaries = 3 * max(tables, default=0)  # a table's copy, shifted, exp
     n_operands = len(tables)
@@ -152,10 +149,46 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
             cotangents += node[this]
         cotangents -= out
     peak = max(peak, alive + cotangents + temporaries)
-    entries = 3 * sum(tables) + peak
-    if plan.semiring == "max":
-        entries += MAX_BLOCK_ENTRIES
-    return 8 * entries
+    return 8 * (3 * sum(tables) + peak)
+
+
+def _node_entries(plan: Plan | HostWalk) -> list[int]:
+    """Each node's entries in one chunk (prepared operands, then step results)."""
+    sizes = list(plan.equation.sizes)
+    for index, chunk in plan.chunks:
+        sizes[index] = chunk
+    return [prod(sizes[i] for i in t) for t in plan.node_terms()]
+
+
+def _max_peak_bytes(plan: Plan | HostWalk) -> int:
+    """`host_grad_peak_bytes` for "max": nodes in the plan's dtype, no cotangents.
+
+    The operands' copies (the plan's dtype) and two sets of float64
+    indicators; every forward node (alive until the trace passes it) beside
+    a step's copies of its sides, its product and the product's block; the
+    trace's grid of a step's freed indices, twice, beside its sides.
+    """
+    item = np.dtype(plan.dtype).itemsize
+    eq = plan.equation
+    node = _node_entries(plan)
+    terms = plan.node_terms()
+    sizes = dict(enumerate(eq.sizes))
+    sizes.update(plan.chunks)
+    tables = [prod(shape) for shape in eq.shapes]
+    n_operands = len(tables)
+    alive = sum(node[:n_operands])
+    peak = alive + 2 * max(tables, default=0)  # a table's copy and its maxima
+    for s, step in enumerate(plan.steps):
+        sides = node[step.left] + node[step.right]
+        out = node[n_operands + s]
+        peak = max(peak, alive + 2 * sides + out + MAX_BLOCK_ENTRIES)
+        alive += out
+    for step in plan.steps:
+        freed = set(terms[step.left] + terms[step.right]) - set(step.result)
+        grid = prod(sizes[i] for i in freed)
+        sides = node[step.left] + node[step.right]
+        peak = max(peak, alive + sides + 2 * grid)
+    return item * (sum(tables) + peak) + 8 * 2 * sum(tables)
 
 
 def host_grad_seconds(plan: Plan | HostWalk) -> float:
@@ -187,7 +220,9 @@ def host_grad_pays(plan: Plan | HostWalk, memory_limit: int) -> bool:
 def host_value_and_grad(
     plan: Plan | HostWalk, operands: Sequence
 ) -> tuple[float, tuple[np.ndarray, ...]] | None:
-    """The scalar ``plan(*operands)`` and its gradient, in numpy, in float64.
+    """The scalar ``plan(*operands)`` and its gradient, in numpy.
+
+    "log" runs in float64; "max" in the plan's dtype (it only adds).
 
     Args:
         plan: a plan (or `HostWalk`) with `host_grad_supported`.
@@ -212,7 +247,10 @@ def host_value_and_grad(
             f"{list(plan.equation.output)} and semiring {plan.semiring!r}. Take "
             "the gradient with jax.grad of the plan instead."
         )
-    arrays = _squeezed(plan, operands)
+    # Why: "max" only adds, exact to rounding in the plan's dtype (half the
+    # memory in float32); "log" sums exponentials, in float64
+    dtype = np.float64 if plan.semiring == "log" else np.dtype(plan.dtype)
+    arrays = _squeezed(plan, operands, dtype)
     eq = plan.equation
     chunks = dict(plan.chunks)
     ranges = [
@@ -270,8 +308,10 @@ def _add_log_chunk(
     return new
 
 
-def _squeezed(plan: Plan | HostWalk, operands: Sequence) -> list[np.ndarray]:
-    """The operands in float64, their broadcast size-1 axes squeezed out."""
+def _squeezed(
+    plan: Plan | HostWalk, operands: Sequence, dtype: np.dtype | type
+) -> list[np.ndarray]:
+    """The operands in ``dtype``, their broadcast size-1 axes squeezed out."""
     arrays = [np.asarray(x) for x in operands]
     shapes = tuple(x.shape for x in arrays)
     if shapes != plan.equation.shapes:
@@ -281,7 +321,7 @@ def _squeezed(plan: Plan | HostWalk, operands: Sequence) -> list[np.ndarray]:
             "shapes."
         )
     return [
-        np.squeeze(x, drop).astype(np.float64) if drop else x.astype(np.float64)
+        np.squeeze(x, drop).astype(dtype) if drop else x.astype(dtype)
         for x, drop in zip(arrays, plan.equation.squeezed, strict=True)
     ]
 
