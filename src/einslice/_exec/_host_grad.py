@@ -117,8 +117,9 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
     alive until the backward walk passes it, beside each forward step's
     copies of its two sides and its product; then the cotangents alive at
     each backward step, beside its copies of the output's cotangent and the
-    other side and its result; a table's three temporaries (when scaled,
-    and for its gradient). "max" (`_max_peak_bytes`) keeps no cotangents.
+    other side (scaled, then laid out as matrices) and its result; a
+    table's three temporaries (when scaled, and for its gradient). "max"
+    (`_max_peak_bytes`) keeps no cotangents.
 
     Example:
         >>> import einslice
@@ -144,7 +145,7 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
         step, out = plan.steps[s], node[n_operands + s]
         alive -= out
         for this, other in ((step.left, step.right), (step.right, step.left)):
-            copies = 2 * (out + node[other]) + node[this]
+            copies = 3 * (out + node[other]) + node[this]  # scaled, laid out
             peak = max(peak, alive + cotangents + copies)
             cotangents += node[this]
         cotangents -= out
@@ -362,9 +363,14 @@ def _log_value_and_grad(
         for this, other in ((step.left, step.right), (step.right, step.left)):
             m_other, shift_other, _ = nodes[other]
             scale = math.exp(nodes[this][1] + shift_other - shift)
-            g_this = _cotangent(g, step.result, m_other, terms[other], terms[this])
-            g_this *= scale
-            cotangents[this] = g_this
+            # Why: scaled on the smaller side, not on the (strided) result
+            if g.size <= m_other.size:
+                scaled, m_scaled = g * scale, m_other
+            else:
+                scaled, m_scaled = g, m_other * scale
+            cotangents[this] = _cotangent(
+                scaled, step.result, m_scaled, terms[other], terms[this]
+            )
     grads = []
     for k, (x, term) in enumerate(zip(arrays, eq.terms, strict=True)):
         shift = nodes[k][1]
