@@ -415,6 +415,10 @@ def _cotangent(
     small = g.size * other.size <= EINSUM_MAX_ENTRIES
     fits = len(set(result_term + other_term)) <= len(_LETTERS)
     if fits and (small or not matrix):
+        # Why: einsum's loops over strided sides of many 2-entry axes (the
+        # transposed views steps return) ran 3-4x slower than a copy of
+        # each into C order and einsum on those (CSP_11: 21 ms vs 6 ms)
+        g, other = _c_order(g), _c_order(other)
         out = _einsum_pair(step, g, result_term, other, other_term)
     else:
         out = _step(_SUM, step, g, result_term, other, other_term)
@@ -423,6 +427,11 @@ def _cotangent(
         shape = [out.shape[target.index(i)] if i in target else 1 for i in this_term]
         out = out.reshape(shape)
     return out
+
+
+def _c_order(x: np.ndarray) -> np.ndarray:
+    """``x`` in C order: itself, or a copy (``ascontiguousarray`` makes 0-d 1-d)."""
+    return x if x.flags.c_contiguous else x.copy(order="C")
 
 
 def _table_grad(
