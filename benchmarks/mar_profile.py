@@ -29,7 +29,11 @@ def main(names: list[str], limit: str = "256MB") -> None:
         log_partition(model, evidence, memory_limit=limit)
         t_pr = time.perf_counter() - t
         t = time.perf_counter()
-        prepared = _infer._prepare(model, evidence, "log", limit, "auto", "float32")
+        # the compiled gradient's profile (marginals now take the host's
+        # derivative where it pays: benchmarks/mar_vs_pr.py measures that)
+        prepared = _infer._prepare(
+            model, evidence, "log", limit, "auto", "float32", host=False
+        )
         t_plan = time.perf_counter() - t
         assert prepared.plan is not None
         operands = prepared.operands()

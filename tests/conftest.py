@@ -54,6 +54,9 @@ SLOW_TESTS = {
         "test_bench_writes_table_csv_and_plot",
     },
     "tests/exec/test_host.py": {"test_sliced_plans_loop_over_their_chunks"},
+    "tests/exec/test_host_grad.py": {
+        "test_sliced_plans_agree_with_jax_grad_of_the_compiled_plan"
+    },
     "tests/exec/test_shard.py": {  # each module fixture runs a 4-device process
         "test_four_simulated_devices",
         "test_split_operands_used_in_place",

@@ -26,7 +26,16 @@ from einslice.pgm import (
 )
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "uai"
+_ROOT = Path(__file__).resolve().parents[2]
+# ../shared beside the repository (a git worktree one level deeper: ../../shared)
+SHARED = next(
+    (
+        p / "shared" / "data" / "uai"
+        for p in (_ROOT / "..", _ROOT.parents[1])
+        if (p / "shared" / "data" / "uai").is_dir()
+    ),
+    _ROOT / ".." / "shared" / "data" / "uai",
+)
 needs_shared = pytest.mark.skipif(
     not SHARED.is_dir(),
     reason=f"the shared UAI instances are not at {SHARED} (see the issue: "
@@ -208,9 +217,13 @@ def test_map_with_evidence_keeps_the_observed_states():
     assert states[int(np.argmax(scores))] == tuple(result.assignment.values())
 
 
-def test_map_breaks_ties_consistently():
+@pytest.mark.parametrize("on_host", [True, False])
+def test_map_breaks_ties_consistently(on_host, monkeypatch):
     # x0 ≠ x1 and x1 ≠ x2: two optimal states; per-variable argmaxes of the
-    # tie-split gradient would give the impossible (0, 0, 0).
+    # tie-split gradient would give the impossible (0, 0, 0). (On the host the
+    # state is traced back, one of the ties taken.)
+    if not on_host:
+        _compiled_derivatives(monkeypatch)
     differ = np.array([[0.0, 1.0], [1.0, 0.0]])
     model = FactorGraph.from_factors([(0, 1), (1, 2)], [differ, differ])
     result = map_assignment(model, dtype="float64")
@@ -226,6 +239,7 @@ def test_map_without_the_max_gradient_decodes_one_variable_at_a_time(monkeypatch
         raise NotImplementedError("no max-semiring derivative")
 
     monkeypatch.setattr(_infer.jax, "grad", no_grad)
+    _compiled_derivatives(monkeypatch)
     model = read_uai(DATA / "loop4.uai")
     _, scores = enumerate_states(model)
     result = map_assignment(model, dtype="float64")
@@ -233,7 +247,7 @@ def test_map_without_the_max_gradient_decodes_one_variable_at_a_time(monkeypatch
     assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-9)
 
 
-def test_map_whose_derivative_exceeds_the_limit_decodes_within_it():
+def test_map_whose_derivative_exceeds_the_limit_decodes_within_it(monkeypatch):
     # A max-plus derivative reduces each step's union of indices: at 8 kB this
     # grid's forward pass fits, its derivative does not. The assignment is then
     # decoded by forward passes only, within the limit, not refused.
@@ -243,6 +257,7 @@ def test_map_whose_derivative_exceeds_the_limit_decodes_within_it():
     scopes = [(0, 1), (1, 2), (3, 4), (4, 5), (0, 3), (1, 4), (2, 5)]
     tables = [rng.uniform(0.1, 1.0, (6, 6)) for _ in scopes]
     model = FactorGraph.from_factors(scopes, tables)
+    _compiled_derivatives(monkeypatch)  # (the host's would not fit 8 kB either)
     prepared = _infer._prepare(model, None, "max", 8000, "auto", "float64")
     assert not prepared.derivative_fits
     assert prepared.plan is not None and prepared.plan.peak_bytes <= 8000
@@ -262,6 +277,101 @@ def test_map_whose_derivative_exceeds_the_limit_decodes_within_it():
     assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-9)
     roomy = _infer._prepare(model, None, "max", "1MB", "auto", "float64")
     assert roomy.derivative_fits
+
+
+def _compiled_derivatives(monkeypatch) -> None:
+    """Marginals and MAP states take the compiled derivative, never the host's."""
+    from einslice.pgm import _infer
+
+    monkeypatch.setattr(_infer, "host_grad_pays", lambda plan, limit: False)
+
+
+def _no_compiling(monkeypatch) -> None:
+    """Running or compiling a plan (value or derivative) fails the test."""
+    from einslice.pgm import _infer
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a small model's derivative should not be compiled")
+
+    monkeypatch.setattr(_infer._Prepared, "run", refuse)
+    monkeypatch.setattr(_infer._Prepared, "jit", refuse)
+
+
+@pytest.mark.parametrize(("name", "evidence"), TINY)
+def test_marginals_and_map_states_of_small_models_are_not_compiled(
+    name, evidence, monkeypatch
+):
+    model = read_uai(DATA / name)
+    variables, factors = brute_marginals(model, evidence)
+    states, scores = enumerate_states(model, evidence)
+    _no_compiling(monkeypatch)
+    got = marginals(model, evidence, factors=True)  # float32: the host's is float64
+    assert got.log_partition == pytest.approx(brute_log_z(model, evidence), rel=1e-12)
+    for v, expected in enumerate(variables):
+        assert got.variables[v].sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(got.variables[v], expected, rtol=1e-9, atol=1e-15)
+    assert got.factors is not None
+    for table, expected in zip(got.factors, factors, strict=True):
+        np.testing.assert_allclose(table, expected, rtol=1e-9, atol=1e-15)
+    result = map_assignment(model, evidence)
+    x = [result.assignment[v] for v in model.variables]
+    assert result.log_value == pytest.approx(scores.max(), rel=1e-6)  # float32
+    assert model.log_score(x) == pytest.approx(scores.max(), rel=1e-12)
+    assert tuple(x) in states  # the evidence kept
+
+
+@pytest.mark.parametrize(("name", "evidence"), [TINY[3], TINY[5]])
+def test_host_marginals_agree_with_the_compiled_gradient(name, evidence, monkeypatch):
+    model = read_uai(DATA / name)
+    on_host = marginals(model, evidence, factors=True, dtype="float64")
+    _compiled_derivatives(monkeypatch)
+    compiled = marginals(model, evidence, factors=True, dtype="float64")
+    assert on_host.log_partition == pytest.approx(compiled.log_partition, rel=1e-12)
+    for v in model.variables:
+        np.testing.assert_allclose(
+            on_host.variables[v], compiled.variables[v], atol=1e-12
+        )
+    assert on_host.factors is not None and compiled.factors is not None
+    for a, b in zip(on_host.factors, compiled.factors, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-12)
+
+
+def test_impossible_entries_get_probability_zero_on_the_host(monkeypatch):
+    # zeros in the tables (log -inf): marginals finite, zero where impossible
+    model = read_uai(DATA / "chain3.uai")  # φ(x1=0, x0=1) = 0, φ(x2=1, x1=1) = 0
+    _, factors = brute_marginals(model)
+    _no_compiling(monkeypatch)
+    got = marginals(model, factors=True)
+    assert got.factors is not None
+    for table, expected in zip(got.factors, factors, strict=True):
+        assert np.isfinite(table).all()
+        np.testing.assert_allclose(table, expected, rtol=1e-9, atol=1e-15)
+    assert any((t == 0).any() for t in got.factors)
+
+
+def test_a_range_the_host_cannot_scale_compiles_the_gradient(monkeypatch):
+    # log-potentials e^800 apart: the host's scaled walk could underflow, so
+    # the gradient is compiled (and right: p(x0 = 1) = e^-800 / (1 + e^-800)).
+    from einslice.pgm import _infer
+
+    model = FactorGraph.from_factors(
+        [(0,), (0, 1)], [np.array([0.0, -800.0]), np.zeros((2, 3))], log=True
+    )
+    prepared = _infer._prepare(model, None, "log", None, "auto", "float64")
+    assert prepared.derivative_on_host and prepared.host_derivative() is None
+    compiled = []
+    real = _infer._Prepared.jit
+
+    def spy(self, fun):
+        compiled.append(self.plan)
+        return real(self, fun)
+
+    monkeypatch.setattr(_infer._Prepared, "jit", spy)
+    got = marginals(model, dtype="float64")
+    assert compiled and compiled[0] is not None
+    np.testing.assert_allclose(got.variables[0], [1.0, 0.0], atol=1e-300)
+    np.testing.assert_allclose(got.variables[1], [1 / 3] * 3, rtol=1e-12)
+    assert got.log_partition == pytest.approx(math.log(3), rel=1e-12)
 
 
 def test_zero_partition_is_minus_infinity_not_nan():
@@ -363,6 +473,36 @@ def test_grid_against_elimination_and_readme():
     # float32 only (Promedus checks float64): ln Z ≈ 698 is the hard case for
     # float32, and each dtype costs a compilation (~15-40 s on 2 shared cores).
     assert log_partition(model) == pytest.approx(reference, abs=1e-4)
+
+
+@needs_shared
+@pytest.mark.parametrize("name", ["Promedus_24", "Grids_12"])
+def test_shared_marginals_and_map_states_are_not_compiled(name, monkeypatch):
+    # issue 21.3: marginals as fast as log Z. These walk on the host in
+    # milliseconds where compiling their gradient took 30-52 s.
+    model = read_uai(SHARED / f"{name}.uai")
+    evid = SHARED / f"{name}.uai.evid"
+    evidence = read_evidence(evid) if evid.exists() else {}
+    readme = README_LN_Z_EVIDENCE if evidence else README_LN_Z
+    _no_compiling(monkeypatch)
+    got = marginals(model, evidence, memory_limit="256MB")
+    assert got.log_partition == pytest.approx(readme[name], rel=1e-12, abs=1e-12)
+    for p in got.variables.values():
+        assert np.all(p >= 0) and p.sum() == pytest.approx(1.0, abs=1e-12)
+    for var, state in evidence.items():
+        assert got.variables[var][state] == 1
+    # P(x = v) = Z(evidence, x = v) / Z(evidence), log Z on the host in float64
+    free = [v for v in model.variables if v not in evidence]
+    for var in free[:: max(1, len(free) // 3)][:3]:
+        v = int(np.argmax(got.variables[var]))
+        z = log_partition(model, {**evidence, var: v}, dtype="float64")
+        assert math.exp(z - got.log_partition) == pytest.approx(
+            got.variables[var][v], rel=1e-9
+        )
+    result = map_assignment(model, evidence, memory_limit="256MB")
+    x = [result.assignment[v] for v in model.variables]
+    assert model.log_score(x) == pytest.approx(result.log_value, rel=1e-6)
+    assert result.log_value == pytest.approx(map_value(model, evidence), abs=1e-3)
 
 
 @needs_shared

@@ -125,7 +125,8 @@ def _solve(args: argparse.Namespace, progress: _Progress) -> str:
         args.dtype,
         value_only=args.task == "PR",
     )
-    where = " on the host" if prepared.on_host and args.task == "PR" else ""
+    on_host = prepared.on_host if args.task == "PR" else prepared.derivative_on_host
+    where = " on the host" if on_host else ""
     progress(_describe(prepared, limit) + f"; running{where}")
     if args.task == "PR":
         log_z = _infer._log_partition(prepared)

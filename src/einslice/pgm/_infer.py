@@ -12,7 +12,10 @@ greedy tree is walked in numpy unplanned (`_quick_walk`), and a plan whose
 numpy walk is estimated to beat XLA's compilation of it
 (``_exec/_host.pays_on_host``; small models, whose hundreds of tiny steps
 compile in seconds and run in milliseconds) runs on the host, uncompiled.
-Marginals and MAP states need derivatives and always run the compiled plan.
+Marginals and MAP states need derivatives: the same holds for them
+(``_exec/_host_grad``: a numpy backward walk, or the maximizing state traced
+back, when it fits the limit and beats compiling the value-and-gradient
+program); otherwise the plan's derivative is compiled.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from .._api import default_memory_limit
 from .._errors import EinsliceError, MemoryLimitError
 from .._exec._calibrate import current_profile, host_profile
 from .._exec._host import host_seconds, pays_on_host, run_on_host
+from .._exec._host_grad import host_grad_pays, host_grad_seconds, host_value_and_grad
 from .._exec._run import compile_options
 from .._plan._equation import build_equation
 from .._plan._memory import parse_memory_limit
@@ -91,8 +95,10 @@ class _Prepared:
     """A network with its plan (or its host walk), ready to run.
 
     ``plan`` and ``walk`` both None: nothing to contract (the network
-    vanished); ``walk``: a one-shot value walked on the host unplanned (see
-    `_quick_walk`). The CLI reports them.
+    vanished); ``walk``: a value (or, for marginals and MAP states, a value
+    and gradient) walked on the host unplanned (see `_quick_walk`). The CLI
+    reports them. ``replan``: how a derivative's walk gets a plan after all,
+    for when the host cannot take it (`planned`).
     """
 
     network: Network
@@ -100,6 +106,7 @@ class _Prepared:
     dtype: np.dtype
     walk: HostWalk | None = None
     derivative_fits: bool = True
+    replan: Callable[[], _Prepared] | None = None
 
     @property
     def trivial(self) -> bool:
@@ -120,6 +127,39 @@ class _Prepared:
         if self.walk is not None:
             return True
         return self.plan is not None and pays_on_host(self.plan)
+
+    @property
+    def derivative_on_host(self) -> bool:
+        """Whether `host_derivative` takes the gradient in numpy, not compiled.
+
+        A walk made for derivatives was checked when it was made (`_quick_walk`);
+        a plan's host derivative must fit its limit and beat compiling it
+        (``_host_grad.host_grad_pays``).
+        """
+        if self.walk is not None:
+            return True
+        return self.plan is not None and host_grad_pays(
+            self.plan, self.plan.memory_limit
+        )
+
+    def host_derivative(self) -> tuple[float, tuple[np.ndarray, ...]] | None:
+        """The contraction's value and gradient by the tables, in numpy.
+
+        None when the host does not take it (`derivative_on_host`), or cannot
+        (a "log" network whose scaled form could underflow): compile it then,
+        from `planned`. For "max" the gradient marks one maximizing state.
+        """
+        if not self.derivative_on_host:
+            return None
+        target = self.walk if self.walk is not None else self.plan
+        assert target is not None  # Why: derivative_on_host says one is there
+        return host_value_and_grad(target, self.network.tables)
+
+    def planned(self) -> _Prepared:
+        """This network with a plan: itself, or `replan`'s when it has a walk only."""
+        if self.plan is not None or self.replan is None:
+            return self
+        return self.replan()
 
     def value(self) -> float:
         """The contraction's value, once: on the host when that beats compiling.
@@ -343,6 +383,8 @@ def _prepare(
     dtype: jax.typing.DTypeLike,
     profile: Profile | None = None,
     value_only: bool = False,
+    *,
+    host: bool = True,
 ) -> _Prepared:
     """Conditions, simplifies and plans: everything before running.
 
@@ -350,17 +392,44 @@ def _prepare(
     (log Z, the MAP value): a small network's greedy tree is then walked on
     the host unplanned (`_quick_walk`), and a cheap tree's network is not
     merged further (see `_resolve`). Otherwise the plan is made with
-    ``gradient=True``: its derivative fits the limit too. ``profile``: the
-    device to plan for (default this one's).
+    ``gradient=True``: its derivative fits the limit too; unless (``host``
+    and no ``profile``) the value and gradient walk on the host within the
+    limit and faster than compiling: the greedy tree's (`_quick_walk`
+    again), else the forward plan's.
+    ``profile``: the device to plan for (default this one's).
     """
     dtype_ = _check_dtype(dtype)
     network = build_network(model.condition(evidence))
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
-    if value_only and optimize == "auto":
-        quick = _quick_walk(network, semiring, memory_limit, dtype_)
+    derivative_on_host = host and not value_only and profile is None
+    replan = None
+    if derivative_on_host:  # Why: a network the host cannot take compiles
+        replan = partial(
+            _prepare,
+            model,
+            evidence,
+            semiring,
+            memory_limit,
+            optimize,
+            dtype,
+            profile,
+            value_only,
+            host=False,
+        )
+    if optimize == "auto" and host and (value_only or profile is None):
+        quick = _quick_walk(network, semiring, memory_limit, dtype_, not value_only)
         if quick is not None:
-            return _Prepared(*quick[:1], None, dtype_, quick[1])
+            return _Prepared(*quick[:1], None, dtype_, quick[1], replan=replan)
+    if derivative_on_host:
+        # The host's derivative needs only the forward plan (the one log Z and
+        # the MAP value run): quicker to make than one whose compiled
+        # derivative fits (Grids_15 "max": 23 s, the derivative over the limit).
+        forward = _plan_network(
+            network, optimize, semiring, memory_limit, dtype_, True, host_profile()
+        )
+        if forward.derivative_on_host:
+            return replace(forward, replan=replan)
     plan_for = partial(
         _plan_network, network, optimize, semiring, memory_limit, dtype_, value_only
     )
@@ -373,9 +442,9 @@ def _prepare(
         # JAX for the device would start its backend (~6 ms, as long as
         # pgmpy's whole query of Promedus_24). Only a plan that compiles is
         # planned again, for the device, unless that is the host itself.
-        host = host_profile()
-        prepared = plan_for(host)
-        if prepared.on_host or current_profile() == host:
+        here = host_profile()
+        prepared = plan_for(here)
+        if prepared.on_host or current_profile() == here:
             return prepared
     return plan_for(current_profile())
 
@@ -573,7 +642,11 @@ def _equation(network: Network) -> Equation:
 
 
 def _quick_walk(
-    network: Network, semiring: str, memory_limit: int | str | None, dtype: np.dtype
+    network: Network,
+    semiring: str,
+    memory_limit: int | str | None,
+    dtype: np.dtype,
+    derivative: bool = False,
 ) -> tuple[Network, HostWalk] | None:
     """The greedy tree's host walk, when neither a search nor a plan can pay.
 
@@ -585,7 +658,9 @@ def _quick_walk(
     tree multiplies before summing anything are merged first (fewer steps).
     The walk is taken when its memory bound fits the limit and its
     estimated time is below both; else None (the search and the planner
-    decide). Returns the merged network and its walk.
+    decide). Returns the merged network and its walk. ``derivative``: the
+    same for a value and its gradient (``_host_grad``'s memory bound, time
+    and compile estimate: marginals, MAP states).
     """
     limit = (
         default_memory_limit()
@@ -600,6 +675,11 @@ def _quick_walk(
         network = merge(network, groups)
         equation = _equation(network)
     walk = host_walk(equation, tuple(map(tuple, path)), semiring, dtype.name)
+    if derivative:
+        searching_pays = not cheap(host_grad_seconds(walk), len(terms))
+        if host_grad_pays(walk, limit) and not searching_pays:
+            return network, walk
+        return None
     fits = walk.peak_bytes <= limit
     searching_pays = not cheap(host_seconds(walk), len(terms))
     if fits and pays_on_host(walk) and not searching_pays:
@@ -656,17 +736,20 @@ def _marginals(
     evidence: Evidence | None,
     want_factors: bool,
 ) -> Marginals:
-    network = prepared.network
-    if network.offset == -math.inf:
+    if prepared.network.offset == -math.inf:
         raise _zero_partition("marginals")
-    if prepared.plan is None:
+    if prepared.trivial:
         value, grads = 0.0, ()
     else:
-        value_, grads_ = prepared.jit(jax.value_and_grad(prepared.run))(
-            prepared.operands()
-        )
-        value = float(value_)
-        grads = tuple(np.asarray(g, dtype=np.float64) for g in grads_)
+        found = prepared.host_derivative()
+        if found is None:
+            prepared = prepared.planned()
+            value_, grads_ = prepared.jit(jax.value_and_grad(prepared.run))(
+                prepared.operands()
+            )
+            found = float(value_), tuple(np.asarray(g, np.float64) for g in grads_)
+        value, grads = found
+    network = prepared.network
     log_z = network.offset + value
     if log_z == -math.inf:
         raise _zero_partition("marginals")
@@ -730,7 +813,7 @@ def _map_assignment(
     observed = _observed(model, evidence)
     if network.offset == -math.inf:
         raise _zero_partition("a MAP assignment")
-    if prepared.plan is None:  # every variable observed
+    if prepared.trivial:  # every variable observed
         value, x = network.offset, []
     else:
         value, x = _decode(prepared)
@@ -744,7 +827,21 @@ def _map_assignment(
 
 
 def _decode(prepared: _Prepared) -> tuple[float, list[int]]:
-    """The MAP value and a state attaining it: gradient first, then fallbacks."""
+    """The MAP value and a state attaining it: gradient first, then fallbacks.
+
+    On the host (`_Prepared.host_derivative`) the state is traced back from
+    the maximum, exact; its score is still checked against the value.
+    """
+    network = prepared.network
+    found = prepared.host_derivative()
+    if found is not None:
+        value = network.offset + found[0]
+        if value == -math.inf:
+            return value, []
+        x = _argmax_states(network, list(found[1]))
+        if abs(network.model.log_score(x) - value) <= _tolerance(prepared.dtype, value):
+            return value, x
+    prepared = prepared.planned()
     network = prepared.network
     operands = prepared.operands()
     value = network.offset + float(prepared.run(operands))
