@@ -106,6 +106,15 @@ REFERENCE_TRIAL_COST_PER_TENSOR = 5 * TRIAL_COST_PER_TENSOR
 # cotengra's reference search runs when einslice's own tree has at most this
 # many slices (chunks at chunk size 1), see `needs_reference`.
 REFERENCE_MAX_SLICES = 256
+# One reference trial may cost at most this many times einslice's own search
+# (its trials) plus its tree's run time, see `needs_reference`. Graphical
+# models at 256 MB made one trial far dearer than its share per tensor says:
+# cotengra reconfigures the tree once per doubling of the slices (Grids_15,
+# 370 tables, 256 slices: 43 s for one trial after 1.4 s of own search, a
+# 0.1 s contraction; PR's planning went 3 s -> 51 s), while the issue's
+# randreg-60 (0.9 s a trial) and the tests' randreg-30/40 (estimated at 4.1x
+# and 4.8x their own search and run time) stay within it.
+REFERENCE_BUDGET_FACTOR = 6.0
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
 
@@ -523,7 +532,10 @@ def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
     cheap (`cheap`: no search can save more than it costs), nor when
     einslice's tree needs more than `REFERENCE_MAX_SLICES` slices: cotengra's
     slicing reconfigures the whole tree once per doubling of the slices, and
-    there a single trial took minutes (a 15x20 lattice at 512 kB: 225 s).
+    there a single trial took minutes (a 15x20 lattice at 512 kB: 225 s); nor
+    when one trial (`reference_trial_seconds`) is estimated to cost more than
+    `REFERENCE_BUDGET_FACTOR` times einslice's own trials and its tree's run
+    time together (a search that cannot pay for itself).
 
     Example:
         >>> own = Found(((0, 1),), (0,), 1e9, 1.0, 4, 10**6)
@@ -531,11 +543,28 @@ def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
         (True, False)
     """
     slices = math.prod(sizes[i] for i in own.sliced)
+    own_search = own.trials * n_terms * TRIAL_COST_PER_TENSOR
+    allowance = REFERENCE_BUDGET_FACTOR * (own_search + own.time)
     return (
         own.trials > 0
         and not cheap(own.time, n_terms)
         and slices <= REFERENCE_MAX_SLICES
+        and reference_trial_seconds(n_terms, slices) <= allowance
     )
+
+
+def reference_trial_seconds(n_terms: int, slices: int) -> float:
+    """The estimated cost of one reference trial: per tensor, per slicing round.
+
+    cotengra's slicing reconfigures the tree once per doubling of the slices
+    (on top of the trial's own reconfiguration).
+
+    Example:
+        >>> round(reference_trial_seconds(60, 8) / reference_trial_seconds(60, 1))
+        4
+    """
+    rounds = 1 + math.log2(max(slices, 1))
+    return n_terms * REFERENCE_TRIAL_COST_PER_TENSOR * rounds
 
 
 def better(a: Found, b: Found, memory_limit: int, profile: Profile) -> bool:
