@@ -157,7 +157,8 @@ def _cotengra_tree(terms, output, sizes, limit, seed, trials):
 # runs trials and the reference; bonds large enough to need slicing.
 NEVER_WORSE_CASES = [
     ("randreg-30", randreg_equation(30, 3, d_min=10, d_max=16, seed=1), 2**24, 0),
-    ("randreg-40", randreg_equation(40, 3, d_min=6, d_max=10, seed=2), 2**23, 1),
+    # (seed 4: seed 2's network has a random-greedy tree cheap enough for rule 0)
+    ("randreg-40", randreg_equation(40, 3, d_min=6, d_max=10, seed=4), 2**23, 1),
     # the issue's example: bonds 5-8 at 256 MB (einslice's own tree, 6
     # trials: estimated 289 ms; cotengra's, one trial: 166 ms)
     ("randreg-60", randreg_equation(60, 3, d_min=5, d_max=8, seed=2), 256 * 10**6, 0),

@@ -98,6 +98,15 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# Rule 0 tries QUICK_REPEAT_TENSORS / tensors seeded random-greedy orders (at
+# most QUICK_MAX_REPEATS) besides the plain greedy one: 20-60 us per tensor
+# and repeat here, so 40-120 ms in all. On einsum-benchmark's networks the
+# plain greedy tree was estimated 2-10x slower than the best of 32 (QAOA
+# max-cut 20 qubits: 1.04 -> 0.09 ms, 10^8.0 -> 10^6.6 FLOPs; a 40-matrix
+# chain 4.7 -> 2.0 ms; cotengra's 40-tensor hypernetwork 2.4 -> 1.2 ms) and
+# such cheap trees end the search, so nothing else would improve them.
+QUICK_REPEAT_TENSORS = 2048
+QUICK_MAX_REPEATS = 32
 # One trial of cotengra's reference search (its default subtree
 # reconfiguration, slicing reconfigured per doubling of slices) took 5-6x one
 # of einslice's own trials here (randreg-60 bonds 5-8 at 256 MB: 6 trials 5.1
@@ -287,8 +296,10 @@ def _cached(key: tuple, search_seconds: float) -> Found:
     directory (one per network: a user conditioning on new evidence per
     query would fill it), nor the reading of one.
     """
-    terms, output, sizes, itemsize, limit, semiring, *_, profile, given = key
-    quick = _quick_tree(terms, output, sizes, itemsize, limit, semiring, profile, given)
+    terms, output, sizes, itemsize, limit, semiring, seed, *_, profile, given = key
+    quick = _quick_tree(
+        terms, output, sizes, itemsize, limit, semiring, profile, given, seed
+    )
     if quick is not None:
         return quick
     disk = cache_dir() / "trees" / f"{_digest(key)}.json"
@@ -691,23 +702,35 @@ def _reference_found(
 
 
 def _quick_tree(
-    terms, output, sizes, itemsize, memory_limit, semiring, profile, given
+    terms, output, sizes, itemsize, memory_limit, semiring, profile, given, seed=0
 ) -> Found | None:
-    """One plain greedy tree, when it is cheap enough to end the search at once.
+    """The best quick greedy tree, when it is cheap enough to end the search at once.
 
     A hyper-optimizer trial costs far more than a greedy order (Segmentation_11,
     618 tables: 0.3 s a trial, mostly subtree reconfiguration, against 0.02 s),
-    so before any trial the greedy tree is costed, unsliced: if it fits the
-    limit and is estimated below ``CHEAP_TREE_SHARE`` of one trial, the search
-    stops there (the rule of `_run_trials`, applied before its first trial).
+    so before any trial two greedy trees are costed, unsliced: cotengra's plain
+    greedy order and the best (by FLOPs) of `quick_repeats` seeded
+    random-greedy orders. The faster of those that fit the limit ends the
+    search if it is estimated below ``CHEAP_TREE_SHARE`` of one trial (the rule
+    of `_run_trials`, applied before its first trial).
     """
-    path = greedy_path(terms, output, sizes)
-    # cached: the planner lays out and costs this same tree next
-    cost = estimate(
-        terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
+    best = None
+    candidates = (
+        greedy_path(terms, output, sizes),
+        random_greedy_path(terms, output, sizes, seed, quick_repeats(len(terms))),
     )
-    if cost.peak_bytes > memory_limit or not cheap(cost.time, len(terms)):
+    for path in dict.fromkeys(candidates):  # (the same tree is costed once)
+        # cached: the planner lays out and costs the chosen tree next
+        cost = estimate(
+            terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
+        )
+        if cost.peak_bytes <= memory_limit and (
+            best is None or cost.time < best[1].time
+        ):
+            best = path, cost
+    if best is None or not cheap(best[1].time, len(terms)):
         return None
+    path, cost = best
     return Found(
         path=path,
         sliced=(),
@@ -716,6 +739,40 @@ def _quick_tree(
         trials=0,
         peak_bytes=cost.peak_bytes,
     )
+
+
+def quick_repeats(n_terms: int) -> int:
+    """How many random-greedy orders rule 0 tries: ``QUICK_REPEAT_TENSORS / n``.
+
+    Counted in tensors, not seconds, so a seed gives the same tree anywhere.
+
+    Example:
+        >>> quick_repeats(40), quick_repeats(190), quick_repeats(5000)
+        (32, 10, 1)
+    """
+    return max(1, min(QUICK_MAX_REPEATS, QUICK_REPEAT_TENSORS // max(n_terms, 1)))
+
+
+def random_greedy_path(
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+    seed: int,
+    repeats: int,
+) -> Path:
+    """The fewest-FLOPs of ``repeats`` seeded random-greedy orders (cotengra's).
+
+    Example:
+        >>> random_greedy_path([(0, 1), (1, 2), (2, 3)], (0, 3), [2, 2, 2, 2], 0, 4)
+        ((0, 1), (0, 1))
+    """
+    from cotengra.pathfinders.path_basic import optimize_random_greedy_track_flops
+
+    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
+    path, _ = optimize_random_greedy_track_flops(
+        inputs, tuple(output), size_dict, ntrials=repeats, seed=seed
+    )
+    return _pairwise(inputs, tuple(output), size_dict, path)
 
 
 def greedy_path(
@@ -727,17 +784,23 @@ def greedy_path(
         >>> greedy_path([(0, 1), (1, 2), (2, 3)], (0, 3), [2, 2, 2, 2])
         ((0, 1), (0, 1))
     """
-    from cotengra import ContractionTree
     from cotengra.pathfinders.path_basic import optimize_greedy
 
     inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
     greedy = optimize_greedy(inputs, tuple(output), size_dict)
-    if any(len(step) != 2 for step in greedy):
+    return _pairwise(inputs, tuple(output), size_dict, greedy)
+
+
+def _pairwise(inputs, output, size_dict, path) -> Path:
+    """A cotengra path as pairs only (opt_einsum format)."""
+    from cotengra import ContractionTree
+
+    if any(len(step) != 2 for step in path):
         # it took single tensors alone (or several at once): the tree's path
         # gives pairs only
-        tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=greedy)
-        greedy = tree.get_path()
-    return tuple(tuple(int(p) for p in step) for step in greedy)
+        tree = ContractionTree.from_path(inputs, output, size_dict, path=path)
+        path = tree.get_path()
+    return tuple(tuple(int(p) for p in step) for step in path)
 
 
 def cheap(seconds: float, n_terms: int) -> bool:
