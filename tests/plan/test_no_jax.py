@@ -2,7 +2,8 @@
 
 Two checks: a static ``ast`` scan of every module, and a fresh interpreter that
 imports every planner module (bypassing ``einslice/__init__.py``, which does
-import JAX) and then looks in ``sys.modules``.
+import JAX) and then looks in ``sys.modules``. And the flow goes one way: no
+planner module imports the executors (``_exec``) or the API, not even lazily.
 """
 
 from __future__ import annotations
@@ -63,6 +64,23 @@ def test_no_jax_import(path):
                 f"{path.name} imports {'.' * level}{name} at import time; only "
                 f"{PURE_SIBLINGS} may be imported from outside _plan eagerly"
             )
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_the_planner_never_imports_the_executors(path):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for name, level, _ in _imports(tree):
+        parts = name.split(".")
+        if level == 0 and parts[0] == "einslice":
+            parts = parts[1:]
+        elif level < 2:
+            continue  # the standard library, a dependency or a sibling in _plan
+        outside = parts[0] if parts else ""
+        assert outside in ("_plan", *PURE_SIBLINGS), (
+            f"{path.name} imports einslice.{name.removeprefix('einslice.')}: the "
+            "planner may use only _plan and pure siblings; executors register "
+            "themselves with it instead (_types.register_runner)"
+        )
 
 
 def test_importing_the_planner_loads_no_jax():

@@ -15,7 +15,7 @@ import numpy as np
 from jax import core, lax
 
 from .._errors import EinsliceError
-from .._plan._types import Plan
+from .._plan._types import Plan, register_runner
 from ._compat import as_weak, supported_options
 from ._hoist import contract_hoisted
 from ._jvp import contract
@@ -39,6 +39,9 @@ def execute_plan(
     traced = any(isinstance(x, core.Tracer) for x in operands)
     run = _run if traced else _top_level_run(p)
     return run(p, config, *operands)
+
+
+register_runner(execute_plan)
 
 
 # A plan of at least this many steps and at most this many FLOPs (forward) is

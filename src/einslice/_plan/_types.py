@@ -9,10 +9,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ._profile import Profile
 from ._semiring import Semiring, semiring_named
+
+# What runs a plan: registered by einslice._exec._run when it is imported
+# (einslice/__init__.py imports it, and importing any einslice module runs
+# that first), so that planning never imports the executors: the flow goes
+# one way, plan -> run (tests/plan/test_no_jax.py checks the import graph).
+_runner: Callable[..., Any] | None = None
+
+
+def register_runner(run: Callable[..., Any]) -> None:
+    """Make ``run(plan, operands, precision=, preferred_element_type=)`` run plans."""
+    global _runner
+    _runner = run
+
 
 T = TypeVar("T")
 # One step's contraction: (step, left, left term, right, right term) -> result.
@@ -306,10 +319,12 @@ class Plan(Steps):
 
     def __call__(self, *operands, precision=None, preferred_element_type=None):
         """Run the plan on operands of the planned shapes (jit/vmap/grad safe)."""
-        # Imported here so that planning never imports JAX.
-        from .._exec._run import execute_plan
-
-        return execute_plan(
+        if _runner is None:
+            raise RuntimeError(
+                "no executor is registered to run plans: import einslice (its "
+                "package registers einslice._exec._run's) before calling a plan."
+            )
+        return _runner(
             self,
             operands,
             precision=self.precision if precision is None else precision,
