@@ -59,9 +59,14 @@ ENTRY_SECONDS = 4e-9
 FLOP_SECONDS = 1 / 20e9
 # What compiling costs per step (XLA:CPU, with einslice's compile options): UAI
 # "log" plans of 42-189 steps compiled in 0.6-2 s, 0.01-0.02 s a step, and
-# lattices of 99-399 steps in 0.1-9 s. The low end, so that the host is
-# chosen only when it clearly wins.
-COMPILE_SECONDS_PER_STEP = 0.01
+# lattices of 99-399 steps in 0.1-9 s; UAI 2014's larger MAR models far more
+# (2026-12-05, load 2-3, lowering + compile of the forward program):
+# ObjectDetection_17 149 steps 22 s, Grids_17 175 steps 25 s, DBN_16 29 steps
+# 6.9 s, CSP_11 320 steps 10.8 s: 0.03-0.24 s a step, while their host walks
+# took 1.3-8 s (1.8-4x the estimate below) and compile + run 1.5-5x the walk.
+# At 0.01 the first two compiled (PR 37 s end to end where the walk takes 5 s,
+# MAR over 60 s); 0.03 is the low end of those four.
+COMPILE_SECONDS_PER_STEP = 0.03
 
 
 def pays_on_host(plan: Plan | HostWalk) -> bool:
