@@ -54,7 +54,6 @@ from .._plan._semiring import semiring_named
 from .._plan._types import HostWalk, Plan, Step
 from .._plan._walk import MAX_BLOCK_ENTRIES
 from ._host import (
-    COMPILE_SECONDS_PER_STEP,
     EINSUM_MAX_ENTRIES,
     _einsum_pair,
     _prepare,
@@ -71,9 +70,14 @@ from ._host import (
 GRAD_PER_FORWARD = 3.0
 # Compiling a value-and-gradient program costs several times the forward
 # program: "log" plans of UAI networks, 42-49 steps, 30-52 s on this loaded
-# machine (0.6-1 s a step), ~2-8 s when quiet. The low end, three times the
-# forward's estimate, so that the host is chosen only when it clearly wins.
-GRAD_COMPILE_SECONDS_PER_STEP = 3 * COMPILE_SECONDS_PER_STEP
+# machine (0.6-1 s a step), ~2-8 s when quiet (0.05-0.19 s a step);
+# ObjectDetection_30 (164 steps in a 121-chunk scan) ~50 s quiet (0.3 s a
+# step), 105 s under load against 38 s for its host walk. At three times the
+# forward's 0.03 s a step (0.09) that plan was compiled: UAI 2014's 40
+# ObjectDetection models like it took 55-90 s for marginals, against 5 s for
+# those walked. 0.2 s a step: inside the measured range and below its top,
+# so that the host is still chosen only when it clearly wins.
+GRAD_COMPILE_SECONDS_PER_STEP = 0.2
 # A backward product goes to the matrix unit (``_host._step``: transposed
 # copies of both sides, then a batched matmul) only when its rows, columns and
 # contracted entries are all at least this many; otherwise one ``np.einsum``
