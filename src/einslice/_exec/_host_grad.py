@@ -71,8 +71,10 @@ GRAD_PER_FORWARD = 3.0
 # Compiling a value-and-gradient program costs several times the forward
 # program: "log" plans of UAI networks, 42-49 steps, 30-52 s on this loaded
 # machine (0.6-1 s a step), ~2-8 s when quiet (0.05-0.19 s a step);
-# ObjectDetection_30 (164 steps in a 121-chunk scan) ~50 s quiet (0.3 s a
-# step), 105 s under load against 38 s for its host walk. At three times the
+# ObjectDetection_30 (164 steps in a 121-chunk scan) compiled: 105 s for
+# compile and first call under load, against 38 s for its host walk; its
+# likes (ObjectDetection_42-75) took 55-59 s end to end on a quiet machine,
+# nearly all compiling (~0.3 s a step). At three times the
 # forward's 0.03 s a step (0.09) that plan was compiled: UAI 2014's 40
 # ObjectDetection models like it took 55-90 s for marginals, against 5 s for
 # those walked. 0.2 s a step: inside the measured range and below its top,
