@@ -497,13 +497,20 @@ def _search(
         terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
     optimizer = _optimizer(len(terms), itemsize, memory_limit, objective, seed)
+    started = time.perf_counter()
     complete = _run_trials(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds
     )
     own = _found(optimizer)
     if not complete or not needs_reference(own, sizes, len(terms)):
         return own, complete  # (cut short by the wall-time cap: no time left)
-    seconds_left = max(deadline - time.perf_counter(), 1e-3)
+    seconds_left = deadline - time.perf_counter()
+    own_trial_seconds = (time.perf_counter() - started) / max(own.trials, 1)
+    if reference_trial_wall(own_trial_seconds, own, sizes) > seconds_left:
+        # cotengra checks its time cap only between trials: one trial that
+        # cannot end before the deadline would overrun it, so the wall-time
+        # cap ends the search here (not reproducible: not stored on disk).
+        return own, False
     budget = reference_budget(own, len(terms))
     tree, reference_complete = reference_search(
         terms, output, sizes, itemsize, memory_limit, seed, budget, seconds_left
@@ -576,6 +583,28 @@ def reference_trial_seconds(n_terms: int, slices: int) -> float:
     """
     rounds = 1 + math.log2(max(slices, 1))
     return n_terms * REFERENCE_TRIAL_COST_PER_TENSOR * rounds
+
+
+def reference_trial_wall(
+    own_trial_seconds: float, own: Found, sizes: Sequence[int]
+) -> float:
+    """Wall seconds one reference trial is expected to take here.
+
+    One of einslice's own trials, as measured in this search, times the
+    reference trial's estimated cost relative to it (`reference_trial_seconds`
+    over an own trial's: `REFERENCE_TRIAL_COST_PER_TENSOR` per tensor and
+    slicing round). The search's wall-time cap compares it with the seconds
+    left, since cotengra cannot stop inside a trial (linkage_11, 824 tables:
+    own trials ~4 s, one reference trial ran 399 s past a 60 s cap).
+
+    Example:
+        >>> own = Found(((0, 1),), (0,), 1e9, 1.0, 4, 10**6)
+        >>> reference_trial_wall(2.0, own, [8, 8])  # 5x the trial, 4 rounds
+        40.0
+    """
+    slices = math.prod(sizes[i] for i in own.sliced)
+    ratio = reference_trial_seconds(1, slices) / TRIAL_COST_PER_TENSOR
+    return own_trial_seconds * ratio
 
 
 def better(a: Found, b: Found, memory_limit: int, profile: Profile) -> bool:
