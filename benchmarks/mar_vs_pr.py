@@ -20,6 +20,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -49,16 +50,19 @@ print("RESULT " + json.dumps({"call_s": time.perf_counter() - t, "value": value}
 
 
 def run(name: str, task: str, limit: str, src: Path, timeout: float) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(src)}
     args = [sys.executable, "-c", CHILD, name, task, limit, str(SHARED)]
-    t = time.perf_counter()
-    try:
-        done = subprocess.run(
-            args, env=env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return {"status": f"timeout {timeout:.0f} s"}
-    wall = time.perf_counter() - t
+    # Why an empty einslice cache each: a tree searched for one task (or an
+    # earlier run) would be read from disk by the next, unsearched.
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "PYTHONPATH": str(src), "EINSLICE_CACHE_DIR": cache}
+        t = time.perf_counter()
+        try:
+            done = subprocess.run(
+                args, env=env, capture_output=True, text=True, timeout=timeout
+            )
+            wall = time.perf_counter() - t
+        except subprocess.TimeoutExpired:
+            return {"status": f"timeout {timeout:.0f} s"}
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return {"status": "ok", "process_s": wall, **json.loads(line[7:])}

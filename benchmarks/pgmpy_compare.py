@@ -31,6 +31,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -74,16 +75,36 @@ def _cap_address_space(extra: float) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
-def _score(model, assignment: dict[int, int]) -> float:
+def _asked(error: MemoryError) -> str:
+    """numpy's "Unable to allocate 8.00 GiB for an array" as "asked for 8.00 GiB"."""
+    found = re.search(r"allocate ([\d.]+ \w+)", str(error))
+    return f"asked for {found.group(1)}" if found else str(error)[:60]
+
+
+def _score(model, assignment: dict) -> float:
     """Σ log φ_f(x_f) at a full assignment (the MAP objective)."""
     return float(
         sum(f.log_table[tuple(assignment[v] for v in f.scope)] for f in model.factors)
     )
 
 
+def _timed(row: dict, key: str, query, model, evidence, limit: str):
+    """``query``'s result; its first call's and a second call's seconds in ``row``."""
+    t = time.perf_counter()
+    result = query(model, evidence, memory_limit=limit)
+    row[f"einslice_{key}_first_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    query(model, evidence, memory_limit=limit)
+    row[f"einslice_{key}_again_s"] = time.perf_counter() - t
+    return result
+
+
 def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
     import numpy as np
 
+    from _common import import_einslice
+
+    import_einslice()  # from this checkout's src/ when not installed
     import einslice.pgm as pgm
 
     model = pgm.read_uai(path)
@@ -93,21 +114,11 @@ def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
     row["factors"] = len(model.factors)
     row["evidence"] = len(evidence)
 
-    for key, call in (
-        ("mar", lambda: pgm.marginals(model, evidence, memory_limit=limit)),
-        ("map", lambda: pgm.map_assignment(model, evidence, memory_limit=limit)),
-    ):
-        t = time.perf_counter()
-        result = call()
-        row[f"einslice_{key}_first_s"] = time.perf_counter() - t
-        t = time.perf_counter()
-        call()
-        row[f"einslice_{key}_again_s"] = time.perf_counter() - t
-        if key == "mar":
-            ours = result.variables
-        else:
-            row["einslice_map_score"] = _score(model, dict(result.assignment))
-            row["einslice_map_value"] = result.log_value
+    marginals = _timed(row, "mar", pgm.marginals, model, evidence, limit)
+    ours = marginals.variables
+    found = _timed(row, "map", pgm.map_assignment, model, evidence, limit)
+    row["einslice_map_score"] = _score(model, dict(found.assignment))
+    row["einslice_map_value"] = found.log_value
 
     _cap_address_space(PGMPY_MEMORY_BYTES)
     from pgmpy.factors.discrete import DiscreteFactor
@@ -141,7 +152,7 @@ def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
     pg_evidence = {names[v]: int(s) for v, s in evidence.items()}
     free = [v for v in range(model.num_variables) if v not in evidence]
 
-    done, worst = 0, 0.0
+    done, worst = 0, 0.0  # nan once pgmpy's linear products over/underflow
     t = time.perf_counter()
     _alarm(pgmpy_seconds)
     try:
@@ -154,13 +165,14 @@ def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
             )
             p = np.asarray(phi.values, dtype=np.float64)
             p = p / p.sum()
-            worst = max(worst, float(np.max(np.abs(p - np.asarray(ours[v])))))
+            diff = float(np.max(np.abs(p - np.asarray(ours[v]))))
+            worst = diff if math.isnan(diff) else max(worst, diff)  # nan sticks
             done += 1
         row["pgmpy_mar_s"] = time.perf_counter() - t
     except _OutOfTime:
         row["pgmpy_mar_s"] = None
     except MemoryError as e:
-        row["pgmpy_mar_error"] = f"out of memory ({str(e)[:40]}...)"
+        row["pgmpy_mar_error"] = f"out of memory ({_asked(e)})"
     finally:
         _cancel_alarm()
     row["pgmpy_mar_done"] = f"{done}/{len(free)}"
@@ -178,7 +190,7 @@ def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
     except _OutOfTime:
         row["pgmpy_mapvalue_s"] = None
     except MemoryError as e:
-        row["pgmpy_mapvalue_error"] = f"out of memory ({str(e)[:40]}...)"
+        row["pgmpy_mapvalue_error"] = f"out of memory ({_asked(e)})"
     finally:
         _cancel_alarm()
 
@@ -194,7 +206,7 @@ def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
     except _OutOfTime:
         row["pgmpy_map_s"] = None
     except MemoryError as e:
-        row["pgmpy_map_error"] = f"out of memory ({str(e)[:40]}...)"
+        row["pgmpy_map_error"] = f"out of memory ({_asked(e)})"
     finally:
         _cancel_alarm()
     return row
@@ -202,7 +214,7 @@ def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
 
 def _seconds(row: dict, key: str, cap: float, done: str = "") -> str:
     if row.get(f"{key}_error"):
-        return row[f"{key}_error"]
+        return row[f"{key}_error"] + (f" ({done} variables)" if done else "")
     value = row.get(f"{key}_s")
     if value is None:
         return f"> {cap:.0f} s" + (f" ({done} variables)" if done else "")
@@ -285,7 +297,7 @@ def report(rows: list[dict], args) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--memory-limit", default="1GB")
     parser.add_argument("--pgmpy-seconds", type=float, default=120.0)
