@@ -556,11 +556,16 @@ def _resolve(
             options.append(
                 ((over, seconds + COMPILE_SECONDS * len(groups)), merged, tree)
             )
-            if found.trials == 0 and value_only:
-                # The plain greedy tree was cheap enough to end the search (see
-                # _search._quick_tree): run once, such a plan is walked on the
-                # host, not compiled, and fewer tables would save only
-                # microseconds. (Derivatives compile: fewer tables pay there.)
+            if value_only and (
+                found.trials == 0 or cheap(found.time, len(variant.tables))
+            ):
+                # The tree was cheap enough to end the search (the plain greedy
+                # one, _search._quick_tree, or one found in a few trials): run
+                # once, such a plan is walked on the host, not compiled, and
+                # fewer tables would save only microseconds, while searching
+                # them costs seconds (CSP_11 log Z: 9 s of its 13 s in the
+                # 16- and 64-entry variants' searches after a cheap tree).
+                # (Derivatives compile: fewer tables pay there.)
                 # Its own merges stay: the walk then multiplies small tables
                 # together once instead of into large intermediates (Grids_15
                 # unmerged walked in 2.6 s, merged in 0.3 s).
