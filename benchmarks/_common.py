@@ -97,3 +97,39 @@ def write(out_dir, stem, markdown, cells, matmul_gflops):
         f.write(markdown)
     write_csv(csv_path, cells, matmul_gflops)
     return md, csv_path
+
+
+def pgmpy_network(model):
+    """A UAI ``FactorGraph`` as pgmpy's ``DiscreteMarkovNetwork`` (linear tables).
+
+    Variables are named ``x0, x1, ...``; a variable no factor mentions gets a
+    uniform table (pgmpy wants every variable covered).
+    """
+    import numpy as np
+    from pgmpy.factors.discrete import DiscreteFactor
+    from pgmpy.models import DiscreteMarkovNetwork
+
+    names = [f"x{v}" for v in range(model.num_variables)]
+    network = DiscreteMarkovNetwork()
+    network.add_nodes_from(names)
+    for factor in model.factors:
+        s = factor.scope
+        network.add_edges_from(
+            (names[a], names[b]) for i, a in enumerate(s) for b in s[i + 1 :]
+        )
+    tables = [
+        DiscreteFactor(
+            [names[v] for v in f.scope],
+            [model.cardinalities[v] for v in f.scope],
+            np.exp(f.log_table),
+        )
+        for f in model.factors
+    ]
+    covered = {v for f in model.factors for v in f.scope}
+    tables += [
+        DiscreteFactor([names[v]], [c], np.ones(c))
+        for v, c in enumerate(model.cardinalities)
+        if v not in covered
+    ]
+    network.add_factors(*tables)
+    return network

@@ -102,7 +102,7 @@ def _timed(row: dict, key: str, query, model, evidence, limit: str):
 def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
     import numpy as np
 
-    from _common import import_einslice
+    from _common import import_einslice, pgmpy_network
 
     import_einslice()  # from this checkout's src/ when not installed
     import einslice.pgm as pgm
@@ -121,33 +121,10 @@ def run_one(path: Path, limit: str, pgmpy_seconds: float) -> dict:
     row["einslice_map_value"] = found.log_value
 
     _cap_address_space(PGMPY_MEMORY_BYTES)
-    from pgmpy.factors.discrete import DiscreteFactor
     from pgmpy.inference import VariableElimination
-    from pgmpy.models import DiscreteMarkovNetwork
 
     names = [f"x{v}" for v in range(model.num_variables)]
-    network = DiscreteMarkovNetwork()
-    network.add_nodes_from(names)
-    for factor in model.factors:
-        s = factor.scope
-        network.add_edges_from(
-            (names[a], names[b]) for i, a in enumerate(s) for b in s[i + 1 :]
-        )
-    tables = [
-        DiscreteFactor(
-            [names[v] for v in f.scope],
-            [model.cardinalities[v] for v in f.scope],
-            np.exp(f.log_table),
-        )
-        for f in model.factors
-    ]
-    covered = {v for f in model.factors for v in f.scope}
-    tables += [
-        DiscreteFactor([names[v]], [c], np.ones(c))
-        for v, c in enumerate(model.cardinalities)
-        if v not in covered
-    ]
-    network.add_factors(*tables)
+    network = pgmpy_network(model)
     infer = VariableElimination(network)
     pg_evidence = {names[v]: int(s) for v, s in evidence.items()}
     free = [v for v in range(model.num_variables) if v not in evidence]
@@ -269,30 +246,22 @@ def report(rows: list[dict], args) -> str:
             f"{_ratio(r.get('pgmpy_mapvalue_s'), r['einslice_map_first_s'])} | "
             f"{_seconds(r, 'pgmpy_map', cap)} | {values} | {scores} |"
         )
-    both = [
-        (r["pgmpy_mar_s"], r["einslice_mar_first_s"])
-        for r in rows
-        if r.get("pgmpy_mar_s") is not None
-    ]
-    if both:
-        geo = math.exp(sum(math.log(a / b) for a, b in both) / len(both))
-        lines += [
-            "",
-            f"Geometric mean of pgmpy ÷ einslice (MAR, first call), "
-            f"where pgmpy finished: {geo:.3g}× over {len(both)} instances.",
-        ]
-    both = [
-        (r["pgmpy_mapvalue_s"], r["einslice_map_first_s"])
-        for r in rows
-        if r.get("pgmpy_mapvalue_s") is not None
-    ]
-    if both:
-        geo = math.exp(sum(math.log(a / b) for a, b in both) / len(both))
-        lines += [
-            f"Geometric mean of pgmpy ÷ einslice (MAP value against einslice's "
-            "MAP assignment, first call), "
-            f"where pgmpy finished: {geo:.3g}× over {len(both)} instances."
-        ]
+    for pgmpy_key, ours_key, what in (
+        ("pgmpy_mar_s", "einslice_mar_first_s", "MAR, first call"),
+        (
+            "pgmpy_mapvalue_s",
+            "einslice_map_first_s",
+            "MAP value against einslice's MAP assignment, first call",
+        ),
+    ):
+        both = [(r[pgmpy_key], r[ours_key]) for r in rows if r.get(pgmpy_key)]
+        if both:
+            geo = math.exp(sum(math.log(a / b) for a, b in both) / len(both))
+            lines += [
+                "",
+                f"Geometric mean of pgmpy ÷ einslice ({what}), where pgmpy "
+                f"finished: {geo:.3g}× over {len(both)} instances.",
+            ]
     return "\n".join(lines) + "\n"
 
 

@@ -128,10 +128,9 @@ def measure_pgmpy(name: str, order: str) -> dict:
     import resource
 
     import numpy as np
-    from pgmpy.factors.discrete import DiscreteFactor
     from pgmpy.inference import VariableElimination
-    from pgmpy.models import DiscreteMarkovNetwork
 
+    from _common import pgmpy_network
     from einslice.pgm import read_uai
 
     # Why: pgmpy's linear-space products can exhaust a shared machine's memory;
@@ -140,27 +139,7 @@ def measure_pgmpy(name: str, order: str) -> dict:
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     model = read_uai(SHARED / f"{name}.uai")
     names = [f"x{v}" for v in range(model.num_variables)]
-    network = DiscreteMarkovNetwork()
-    network.add_nodes_from(names)
-    for factor in model.factors:
-        s = factor.scope
-        network.add_edges_from(
-            (names[a], names[b]) for i, a in enumerate(s) for b in s[i + 1 :]
-        )
-    network.add_factors(
-        *(
-            DiscreteFactor(
-                [names[v] for v in f.scope],
-                [model.cardinalities[v] for v in f.scope],
-                np.exp(f.log_table),
-            )
-            for f in model.factors
-        )
-    )
-    covered = {v for f in model.factors for v in f.scope}
-    for v, card in enumerate(model.cardinalities):  # pgmpy wants every variable
-        if v not in covered:
-            network.add_factors(DiscreteFactor([names[v]], [card], np.ones(card)))
+    network = pgmpy_network(model)
     infer = VariableElimination(network)
     # A full collection after importing large libraries takes tens of ms
     # (einslice's first call paid 34 ms of it, jax's objects): done untimed in
