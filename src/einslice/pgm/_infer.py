@@ -556,8 +556,9 @@ def _resolve(
             options.append(
                 ((over, seconds + COMPILE_SECONDS * len(groups)), merged, tree)
             )
+            walked = profile == host_profile()  # (a device plan compiles)
             if value_only and (
-                found.trials == 0 or cheap(found.time, len(variant.tables))
+                found.trials == 0 or (walked and cheap(found.time, len(variant.tables)))
             ):
                 # The tree was cheap enough to end the search (the plain greedy
                 # one, _search._quick_tree, or one found in a few trials): run
@@ -565,7 +566,9 @@ def _resolve(
                 # fewer tables would save only microseconds, while searching
                 # them costs seconds (CSP_11 log Z: 9 s of its 13 s in the
                 # 16- and 64-entry variants' searches after a cheap tree).
-                # (Derivatives compile: fewer tables pay there.)
+                # Only for the host's profile beyond the quick tree: planned
+                # for a device (a GPU profile) the plan compiles, and fewer
+                # tables compile faster. (Derivatives compile too.)
                 # Its own merges stay: the walk then multiplies small tables
                 # together once instead of into large intermediates (Grids_15
                 # unmerged walked in 2.6 s, merged in 0.3 s).
