@@ -23,19 +23,21 @@ Methods, each in float32 (complex64 for QAOA) in this one process:
   with ``tree.contract`` on numpy or jax arrays.
 
 Per network and method: *warm*: median of up to 5 calls after the first
-(einslice: after its 100th call where its plan is first compiled for compile
-time, ``_run.OPTIMIZE_AFTER_CALLS``: its steady state, as the peers' is);
-*e2e*: planning or path search + the first call (compile included; einslice
-and cotengra from empty tree caches); *memory*: the method's temporary peak
-(einslice: its plan's prediction; jnp: XLA's compiled temporaries; opt_einsum
-and cotengra: the largest intermediate, sliced for cotengra, times the
-itemsize: a lower bound of theirs); *error*: max |result - reference| / max
-|reference|, the reference a float64 (complex128) contraction by numpy on
-cotengra's tree (sliced to the limit). jnp.einsum and opt_einsum have no
-memory limit: they are not run where their own prediction of their
-temporaries is over ``PEER_MEMORY_CAP`` (3 GB; the machine is shared). A
-call running past ``--max-seconds`` is stopped (SIGALRM, between two Python
-operations) and reported as ``> max``.
+(einslice: once its runner is steady, ``_run._TopLevelRun.steady``: a
+many-step plan runs its first calls in numpy on the host, until they have cost
+about its compile, then compiled for compile time, then optimized from its
+``_run.OPTIMIZE_AFTER_CALLS``-th compiled call: its steady state, as the
+peers' is); *e2e*: planning or path search + the first call (compile included
+where the first call compiles; einslice and cotengra from empty tree caches);
+*memory*: the method's temporary peak (einslice: its plan's prediction; jnp:
+XLA's compiled temporaries; opt_einsum and cotengra: the largest intermediate,
+sliced for cotengra, times the itemsize: a lower bound of theirs); *error*:
+max |result - reference| / max |reference|, the reference a float64
+(complex128) contraction by numpy on cotengra's tree (sliced to the limit).
+jnp.einsum and opt_einsum have no memory limit: they are not run where their
+own prediction of their temporaries is over ``PEER_MEMORY_CAP`` (3 GB; the
+machine is shared). A call running past ``--max-seconds`` is stopped (SIGALRM,
+between two Python operations) and reported as ``> max``.
 
 Summary: per network, einslice's speed against the fastest peer (the peer's
 time ÷ einslice's; > 1: einslice is faster), and against the fastest peer whose
@@ -312,11 +314,15 @@ def _stop(signum, frame):
 
 
 def timed(
-    call: Callable[[], object], max_seconds: float, repeats: int = 5, warm_up: int = 0
+    call: Callable[[], object],
+    max_seconds: float,
+    repeats: int = 5,
+    settled: Callable[[], bool] = lambda: True,
 ):
     """(first value, first call's seconds, median of up to ``repeats`` later calls).
 
-    ``warm_up`` untimed calls come between the first and the timed ones.
+    Untimed calls come between the first and the timed ones until
+    ``settled()`` says the next call runs the steady-state program.
     Later calls stop once they have used ``max_seconds``; a call still running
     after ``max_seconds`` raises `Stopped`.
     """
@@ -328,7 +334,7 @@ def timed(
         first = time.perf_counter() - start
         signal.setitimer(signal.ITIMER_REAL, 0)
         start = time.perf_counter()
-        for _ in range(warm_up):
+        while not settled():
             if time.perf_counter() - start + first > max_seconds:
                 break
             call()
@@ -387,13 +393,15 @@ def run_einslice(network: Network, limit: int, max_seconds: float) -> dict:
         planning = time.perf_counter() - start
     finally:
         _planner.search_tree = search_tree
-    # a plan compiled for compile time first is recompiled optimized at its
-    # OPTIMIZE_AFTER_CALLS-th call: warm is its steady state, after that call
-    from einslice._exec._run import OPTIMIZE_AFTER_CALLS, cheap_to_run
+    # a many-step plan runs its first calls on the host, then compiled for
+    # compile time, then optimized: warm is its steady state, the last
+    from einslice._exec._run import _top_level_run
 
-    warm_up = OPTIMIZE_AFTER_CALLS - 1 if cheap_to_run(plan) else 0
+    runner = _top_level_run(plan)
     value, first, warm = timed(
-        lambda: plan(*ops).block_until_ready(), max_seconds, warm_up=warm_up
+        lambda: plan(*ops).block_until_ready(),
+        max_seconds,
+        settled=lambda: runner.steady,
     )
     note = (
         f"{len(plan.steps)} steps, {len(plan.chunks)} sliced, "

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import einslice
-from einslice._exec import _run
+from einslice._exec import _host, _run
 
 
 def _cheap_chain(n_matrices: int = 40):
@@ -27,6 +30,7 @@ def test_a_cheap_plan_is_optimized_from_its_hundredth_call(monkeypatch):
     monkeypatch.setattr(_run, "OPTIMIZE_AFTER_CALLS", 3)
     _run._top_level_run.cache_clear()
     runner = _run._top_level_run(p)
+    runner.host_budget = 0.0  # (the host phase before it: tests below)
     used = []
     first, later = runner.first, runner.later
     monkeypatch.setattr(runner, "first", lambda *a: used.append("first") or first(*a))
@@ -43,3 +47,74 @@ def test_a_plan_that_is_not_cheap_keeps_one_program():
     assert not _run.cheap_to_run(p)
     runner = _run._top_level_run(p)
     assert runner.first is runner.later
+
+
+def _spy(monkeypatch, runner):
+    """Record which road each call of ``runner`` takes: host, first or later."""
+    used = []
+    first, later, host = runner.first, runner.later, _run.run_on_host
+    monkeypatch.setattr(runner, "first", lambda *a: used.append("first") or first(*a))
+    monkeypatch.setattr(runner, "later", lambda *a: used.append("later") or later(*a))
+    monkeypatch.setattr(_run, "run_on_host", lambda *a: used.append("host") or host(*a))
+    return used
+
+
+def test_a_many_step_plan_runs_on_the_host_until_that_has_cost_a_compile(
+    monkeypatch,
+):
+    args, ops = _cheap_chain()
+    p = einslice.plan(*args)
+    _run._top_level_run.cache_clear()
+    runner = _run._top_level_run(p)
+    assert runner.host_budget == pytest.approx(
+        _host.COMPILE_SECONDS_PER_STEP * len(p.steps)
+    )
+    used = _spy(monkeypatch, runner)
+    expected = np.linalg.multi_dot(ops)
+    got = p(*ops)
+    assert used == ["host"] and isinstance(got, jax.Array)
+    assert got.dtype == jnp.result_type(*ops) and not runner.steady
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
+    runner.host_spent = runner.host_budget  # as if the host runs had cost that
+    got = p(*ops)
+    assert used == ["host", "first"]
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda p, ops: jax.jit(lambda *o: p(*o))(*ops),
+        lambda p, ops: p(*ops, preferred_element_type=jnp.float64),
+        lambda p, ops: p(*ops, precision=jax.lax.Precision.HIGHEST),
+    ],
+    ids=["traced", "preferred-type", "precision"],
+)
+def test_a_call_the_host_walk_cannot_match_is_compiled(monkeypatch, call):
+    args, ops = _cheap_chain()
+    p = einslice.plan(*args)
+    _run._top_level_run.cache_clear()
+    used = _spy(monkeypatch, _run._top_level_run(p))
+    got = call(p, ops)
+    assert "host" not in used
+    np.testing.assert_allclose(np.asarray(got), np.linalg.multi_dot(ops), rtol=1e-10)
+
+
+def test_an_integer_plan_is_compiled(monkeypatch):
+    args, ops = _cheap_chain()
+    ints = [np.ones((3, 3), np.int32) for _ in ops]
+    args[: 2 * len(ops) : 2] = ints
+    p = einslice.plan(*args)
+    _run._top_level_run.cache_clear()
+    used = _spy(monkeypatch, _run._top_level_run(p))
+    got = p(*ints)
+    assert "host" not in used and got.dtype == jnp.int32
+    # (XLA's int32 wraps around, as jnp.einsum's does)
+    assert int(got[0, 0]) == np.int64(3 ** (len(ops) - 1)).astype(np.int32)
+
+
+def test_a_few_step_plan_is_compiled_at_once():
+    p = einslice.plan("ij,jk,kl->il", (2, 2), (2, 2), (2, 2))
+    assert _host.host_first_seconds(p) == 0.0
+    _run._top_level_run.cache_clear()
+    assert _run._top_level_run(p).steady

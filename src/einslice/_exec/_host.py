@@ -84,6 +84,35 @@ def pays_on_host(plan: Plan | HostWalk) -> bool:
     return host_seconds(plan) < COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
 
 
+# A plan of at least this many steps, called outside any trace on a CPU, runs
+# its first calls in numpy (`host_first_seconds`). Its compile is then most of
+# one call (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5
+# s, a host walk 2-260 ms). Below it the compile is short and the compiled
+# program is jnp.einsum's kind of program, bit for bit the same on every call.
+HOST_FIRST_MIN_STEPS = 16
+
+
+def host_first_seconds(plan: Plan) -> float:
+    """Seconds of host runs a top-level ``plan`` spends before it is compiled.
+
+    Ski rental: while the host runs so far have cost less than compiling is
+    estimated to (`COMPILE_SECONDS_PER_STEP` a step), the next call runs on
+    the host too; after that the plan is compiled. Zero (compile at once) for
+    a plan of fewer than `HOST_FIRST_MIN_STEPS` steps, or when one host run is
+    not estimated to beat the compile (`pays_on_host`). The caller checks the
+    call itself: outside a trace, on a CPU, default precision, a float or
+    complex result.
+
+    Example:
+        >>> import einslice
+        >>> host_first_seconds(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
+        0.0
+    """
+    if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan):
+        return 0.0
+    return COMPILE_SECONDS_PER_STEP * len(plan.steps)
+
+
 def host_seconds(plan: Plan | HostWalk) -> float:
     """The host cost model's time for one `run_on_host` of ``plan``."""
     sizes = list(plan.equation.sizes)

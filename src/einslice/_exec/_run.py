@@ -6,6 +6,7 @@ importing the public entry points (no import cycle through ``_api``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import cache, lru_cache
 
@@ -18,6 +19,7 @@ from .._errors import EinsliceError
 from .._plan._types import Plan, register_runner
 from ._compat import as_weak, supported_options
 from ._hoist import contract_hoisted
+from ._host import host_first_seconds, run_on_host
 from ._jvp import contract
 from ._plain import plain_einsum
 from ._semiring import Config
@@ -140,21 +142,64 @@ OPTIMIZE_AFTER_CALLS = 100
 
 
 class _TopLevelRun:
-    """A plan's jitted runner outside any trace, switching once to the optimized.
+    """A plan's runner outside any trace: host walk, then compiled, then optimized.
 
-    The compile-time program for its first calls, the optimized one from
-    `OPTIMIZE_AFTER_CALLS` on (the same program when the plan is not cheap).
+    A many-step plan on a CPU first runs in numpy (``_host.run_on_host``)
+    while those runs have cost less than its compile is estimated to
+    (`_host.host_first_seconds`: a one-shot call pays no compile); then the
+    compile-time program, and the optimized one from its
+    `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
+    plan is not cheap).
     """
 
     def __init__(self, p: Plan) -> None:
-        self.calls = 0
+        self.calls = 0  # compiled calls
+        self.host_budget = host_first_seconds(p)
+        self.host_spent = 0.0
         self.first = _jitted(compile_options(p))
         self.later = _jitted(compile_options(p, optimized=True))
 
-    def __call__(self, *args):
+    @property
+    def steady(self) -> bool:
+        """Whether the next call runs the program every later call runs."""
+        on_host = self.host_spent < self.host_budget
+        return not on_host and (
+            self.first is self.later or self.calls + 1 >= OPTIMIZE_AFTER_CALLS
+        )
+
+    def __call__(self, p: Plan, config: Config, *args):
+        if self.host_spent < self.host_budget and _host_call(p, config, args):
+            start = time.perf_counter()
+            out = run_on_host(p, args)
+            # (a lost sum under threads only delays the switch)
+            self.host_spent += time.perf_counter() - start
+            return jnp.asarray(out)
         self.calls += 1  # (a lost count under threads only delays the switch)
         run = self.first if self.calls < OPTIMIZE_AFTER_CALLS else self.later
-        return run(*args)
+        return run(p, config, *args)
+
+
+# What the host walk computes as XLA would: float and complex results (numpy's
+# integer and narrow float einsums differ from XLA's in overflow and accuracy).
+_HOST_DTYPES = frozenset(
+    map(np.dtype, ("float32", "float64", "complex64", "complex128"))
+)
+
+
+def _host_call(p: Plan, config: Config, operands) -> bool:
+    """Whether this call may run on the host.
+
+    On a CPU backend, operands on the CPU, default precision, a strongly
+    typed float or complex result.
+    """
+    if config != Config() or np.dtype(p.dtype) not in _HOST_DTYPES:
+        return False
+    if jax.default_backend() != "cpu" or _weak_result(operands):
+        return False
+    return all(
+        not isinstance(x, jax.Array) or all(d.platform == "cpu" for d in x.devices())
+        for x in operands
+    )
 
 
 def _jitted(options: dict[str, object] | None):
