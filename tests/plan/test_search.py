@@ -281,7 +281,7 @@ def test_a_cheap_greedy_tree_ends_the_search_before_any_trial():
 def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
     tmp_path, monkeypatch
 ):
-    monkeypatch.setattr(_search, "_quick_tree", lambda *args: None)  # search
+    monkeypatch.setattr(_search, "_quick_trees", lambda *args: None)  # search
     terms, output, sizes = _network(lattice_equation([4, 5], d_min=2, seed=0))
     found = search_tree(terms, output, sizes, 4, 2**12)
     files = list((tmp_path / "trees").glob("*.json"))
@@ -300,7 +300,7 @@ def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
     _search._cached.cache_clear()
     monkeypatch.undo()
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(_search, "_quick_tree", lambda *args: None)
+    monkeypatch.setattr(_search, "_quick_trees", lambda *args: None)
     with pytest.warns(UserWarning, match="corrupt search-tree cache file"):
         again = search_tree(terms, output, sizes, 4, 2**12)
     assert again == found
@@ -417,6 +417,7 @@ def test_tree_search_also_serves_small_networks():
         ({"patience": True}, "patience must be an int >= 1 or None"),
         ({"seconds": 0}, "seconds must be a positive number"),
         ({"seconds": "10"}, "seconds must be a positive number"),
+        ({"runs": 0}, "runs must be an int >= 1 or None"),
     ],
 )
 def test_tree_search_refuses_bad_settings_by_name(setting, message):
@@ -437,10 +438,47 @@ def test_trees_are_scored_for_the_device_profile_and_cached_per_profile(
 ):
     from einslice._plan._profile import CPU_DEFAULT, GPU_DEFAULT
 
-    monkeypatch.setattr(_search, "_quick_tree", lambda *args: None)  # search
+    monkeypatch.setattr(_search, "_quick_trees", lambda *args: None)  # search
 
     terms, output, sizes = _network(randreg_equation(30, 3, d_min=2, d_max=3, seed=1))
     cpu = search_tree(terms, output, sizes, 4, 2**16, trials=2, profile=CPU_DEFAULT)
     gpu = search_tree(terms, output, sizes, 4, 2**16, trials=2, profile=GPU_DEFAULT)
     assert cpu.time != gpu.time  # each tree's time is its own profile's estimate
     assert len(list((tmp_path / "trees").glob("*.json"))) == 2
+
+
+def _cheap_for_one_run_only():
+    """A network whose quick tree is cheap for one run but not for ten."""
+    for seed in range(20):
+        terms, output, sizes = _network(lattice_equation([8, 8], d_min=4, seed=seed))
+        quick = _search._quick_trees(
+            terms, output, sizes, 4, 2**28, "sum", CPU_DEFAULT, None
+        )
+        n = len(terms)
+        if quick and _search.cheap(quick.time, n):
+            if not _search.cheap(_search.PLAN_RUNS * quick.time, n):
+                return (terms, output, sizes), quick
+    raise AssertionError("no 8x8 lattice of bond 4 is cheap for one run only")
+
+
+def test_a_tree_cheap_for_one_run_only_is_reconfigured_for_many():
+    (terms, output, sizes), quick = _cheap_for_one_run_only()
+    once = search_tree(terms, output, sizes, 4, 2**28, runs=1)
+    assert once == quick  # a one-shot value (pgm's) takes the quick tree as is
+    many = search_tree(terms, output, sizes, 4, 2**28, runs=_search.PLAN_RUNS)
+    assert many.trials == 0 and many.path != quick.path
+    assert many.time < quick.time / 1.5 and many.peak_bytes <= 2**28
+    expected = _search.estimate(terms, output, sizes, 4, "sum", many.path, {})
+    assert (many.flops, many.time) == (expected.flops, expected.time)
+    # einsum and plan expect PLAN_RUNS runs; their plan follows that tree
+    p = einslice.plan(*_interleaved(terms, output, sizes), memory_limit=2**28)
+    assert [sorted(s) for s in p.path] == [sorted(s) for s in many.path]
+
+
+def test_a_search_never_returns_a_tree_worse_than_the_quick_one(monkeypatch):
+    (terms, output, sizes), quick = _cheap_for_one_run_only()
+    worse = _search.Found(quick.path, (), quick.flops, quick.time * 2, 3, 1)
+    monkeypatch.setattr(_search, "cheap", lambda seconds, n: False)  # search
+    monkeypatch.setattr(_search, "_search", lambda *a, **k: (worse, True))
+    found = search_tree(terms, output, sizes, 4, 2**28)
+    assert (found.path, found.time, found.trials) == (quick.path, quick.time, 3)

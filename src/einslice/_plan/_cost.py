@@ -158,7 +158,7 @@ def cached_cost(
     """`evaluate`, cached on the (hashable) body and the chunking.
 
     The planner's slicing search revisits chunkings, and it costs the tree
-    the tree search has just costed (``_search._quick_tree``).
+    the tree search has just costed (``_search._quick_trees``).
     """
     key = tuple(sorted(chunks.items()))
     return _cached_evaluate(body, tuple(sizes), key, itemsize, tangent, profile)

@@ -13,7 +13,7 @@ from ._cost import Body, cached_cost, chunked_sizes, evaluate, naive_flops
 from ._memory import format_bytes
 from ._order import Path, cached_steps, find_path, two_group_paths
 from ._profile import CPU_DEFAULT, Profile
-from ._search import Found, TreeSearch, search_tree
+from ._search import PLAN_RUNS, Found, TreeSearch, search_tree
 from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
 from ._types import ONE_DEVICE, Cost, Equation, Placement, Plan
@@ -214,6 +214,7 @@ class _ForwardSearch:
                 search_seconds=search.seconds,
                 profile=profile,
                 given=equation.terms,
+                runs=PLAN_RUNS if search.runs is None else search.runs,
             )
             self.tree_path, self.searched = tree.path, tree.sliced
         else:

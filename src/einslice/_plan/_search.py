@@ -36,6 +36,9 @@ limit (`better`): never a tree worse than the reference's.
 All but the wall-time cap count trials, not seconds, so a given seed gives the
 same tree on any machine, loaded or not; the wall-time cap is a safety net only (a
 search it cuts short is not reproducible, so it is not stored on disk).
+Before any trial, quick greedy trees may end the search (rule 0 of
+docs/search.md), improved by subtree reconfiguration when the tree is to
+serve many runs (``runs``, `reconfigured`).
 
 Found trees are cached in memory and as JSON files under
 ``cache_dir() / "trees"`` (a corrupt file is ignored with a warning).
@@ -98,6 +101,15 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# The runs a tree of ``einsum`` or ``plan`` is expected to serve (a plan is
+# reused, and einsum caches plans): rule 0 weighs a quick tree's run time by
+# it. A quick tree cheap for one run but not for PLAN_RUNS is improved by
+# subtree reconfiguration (`reconfigured`; 1-2.6 ms per tensor here) instead
+# of a full search. On einsum-benchmark's networks the quick trees were
+# estimated 1.2-7x slower than reconfigured (a 100-tensor random regular
+# graph: 13.9 -> 1.9 ms; ctg-lattice-10x10 10.4 -> 5.5 ms) and ran 1.6-3.5x
+# slower, for 0.1-0.3 s more planning.
+PLAN_RUNS = 10
 # Rule 0 tries QUICK_REPEAT_TENSORS / tensors seeded random-greedy orders (at
 # most QUICK_MAX_REPEATS) besides the plain greedy one: 20-60 us per tensor
 # and repeat here, so 40-120 ms in all. On einsum-benchmark's networks the
@@ -146,6 +158,10 @@ class TreeSearch:
             of ``trials``.
         seconds: a cap on the search's wall time (a safety net: a search it
             cuts short is not reproducible, so it is not cached on disk).
+        runs: how many runs the tree is expected to serve, which rule 0
+            weighs a quick tree's run time by (`_quick_trees`); None: the
+            caller's (`PLAN_RUNS` for ``einsum`` and ``plan``, whose plans
+            are reused; 1 for ``einslice.pgm``'s one-shot values).
 
     Example:
         >>> import einslice
@@ -159,9 +175,10 @@ class TreeSearch:
     trials: int | None = None
     patience: int | None = None
     seconds: float = 60.0
+    runs: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("seed", "trials", "patience"):
+        for name in ("seed", "trials", "patience", "runs"):
             value = getattr(self, name)
             least = 0 if name == "seed" else 1
             if value is None and name != "seed":
@@ -191,7 +208,7 @@ class Found:
             the limit when no tree the search found fits: chunk sizing may
             still slice more).
         trials: how many trials the search ran (0: the plain greedy tree was
-            cheap enough, see `_quick_tree`); cotengra's reference search ran
+            cheap enough, see `_quick_trees`); cotengra's reference search ran
             as many (see `reference_search`).
         by: whose tree this is: "einslice" (its own search, or the quick
             greedy tree) or "cotengra" (the reference search's, when einslice's
@@ -237,6 +254,7 @@ def search_tree(
     search_seconds: float = 60.0,
     profile: Profile = CPU_DEFAULT,
     given: Sequence[tuple[int, ...]] | None = None,
+    runs: int = 1,
 ) -> Found:
     """Search a contraction tree (and sliced indices) for a large network.
 
@@ -258,6 +276,8 @@ def search_tree(
         given: the operands' indices before their diagonals and private sums,
             when ``terms`` are the prepared ones (the planner's): the cost of
             preparing them is then counted, as the planner counts it.
+        runs: how many runs the tree is expected to serve (rule 0 weighs a
+            quick tree by it, see `_quick_trees`); part of the cache key.
 
     Returns:
         The best tree found, as a `Found`.
@@ -285,28 +305,55 @@ def search_tree(
         profile,
         None if given_terms == terms else given_terms,
     )
-    return _cached(key, search_seconds)
+    return _cached(key, search_seconds, runs)
 
 
 @lru_cache(maxsize=256)
-def _cached(key: tuple, search_seconds: float) -> Found:
+def _cached(key: tuple, search_seconds: float, runs: int = 1) -> Found:
     """A cheap greedy tree, else the disk's tree, else a search (then stored).
 
-    The quick tree takes milliseconds: it is not worth a file in the cache
-    directory (one per network: a user conditioning on new evidence per
-    query would fill it), nor the reading of one.
+    The quick tree takes milliseconds (its reconfiguration a tenth of a
+    second): it is not worth a file in the cache directory (one per network:
+    a user conditioning on new evidence per query would fill it), nor the
+    reading of one. A search never returns a tree that ranks worse than the
+    best quick tree, which it already costed.
     """
     terms, output, sizes, itemsize, limit, semiring, seed, *_, profile, given = key
-    quick = _quick_tree(
+    quick = _quick_trees(
         terms, output, sizes, itemsize, limit, semiring, profile, given, seed
     )
-    if quick is not None:
-        return quick
+    if quick is not None and cheap(quick.time, len(terms)):
+        found = quick
+    else:
+        found = _searched(key, search_seconds, quick)
+    if (
+        runs > 1
+        and not found.sliced
+        and cheap(found.time, len(terms))
+        and not cheap(runs * found.time, len(terms))
+    ):
+        # cheap for one run, not for ``runs``: worth a reconfiguration
+        found = reconfigured(
+            found, terms, output, sizes, itemsize, limit, semiring, profile, given
+        )
+    return found
+
+
+def _searched(key: tuple, search_seconds: float, quick: Found | None) -> Found:
+    """The disk's tree, else a search's (then stored), else ``quick`` if better."""
+    terms, _, sizes, _, limit, *_, profile, _ = key
     disk = cache_dir() / "trees" / f"{_digest(key)}.json"
     found = _load(disk, len(terms), len(sizes))
     if found is not None:
         return found
     found, complete = _search(*key, search_seconds=search_seconds)
+    if quick is not None and better(quick, found, limit, profile):
+        found = dataclasses.replace(
+            quick,
+            trials=found.trials,
+            reference_time=found.reference_time,
+            reference_trials=found.reference_trials,
+        )
     if complete:
         _store(disk, found)
     return found
@@ -730,10 +777,10 @@ def _reference_found(
     )
 
 
-def _quick_tree(
+def _quick_trees(
     terms, output, sizes, itemsize, memory_limit, semiring, profile, given, seed=0
 ) -> Found | None:
-    """The best quick greedy tree, when it is cheap enough to end the search at once.
+    """The best quick greedy tree that fits the limit (None: none fits).
 
     A hyper-optimizer trial costs far more than a greedy order (Segmentation_11,
     618 tables: 0.3 s a trial, mostly subtree reconfiguration, against 0.02 s),
@@ -741,7 +788,7 @@ def _quick_tree(
     greedy order and the best (by FLOPs) of `quick_repeats` seeded
     random-greedy orders. The faster of those that fit the limit ends the
     search if it is estimated below ``CHEAP_TREE_SHARE`` of one trial (the rule
-    of `_run_trials`, applied before its first trial).
+    of `_run_trials`, applied before its first trial; see `_cached`).
     """
     best = None
     candidates = (
@@ -757,7 +804,7 @@ def _quick_tree(
             best is None or cost.time < best[1].time
         ):
             best = path, cost
-    if best is None or not cheap(best[1].time, len(terms)):
+    if best is None:
         return None
     path, cost = best
     return Found(
@@ -768,6 +815,46 @@ def _quick_tree(
         trials=0,
         peak_bytes=cost.peak_bytes,
     )
+
+
+def reconfigured(
+    quick: Found,
+    terms,
+    output,
+    sizes,
+    itemsize,
+    memory_limit,
+    semiring,
+    profile,
+    given,
+) -> Found:
+    """``quick`` improved by cotengra's subtree reconfiguration, if that helps.
+
+    Two reconfigurations of the whole tree (cotengra's ``subtree_reconfigure``
+    minimizing its flops + write "combo" cost, and FLOPs alone: each wins on
+    some networks), costed by einslice's model; the fastest of the three that
+    fits the limit. Deterministic: no random choices.
+    """
+    from cotengra import ContractionTree
+
+    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
+    tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=quick.path)
+    best = quick
+    for minimize in ("combo", "flops"):
+        better_tree = tree.subtree_reconfigure(minimize=minimize)
+        path = tuple(tuple(int(p) for p in step) for step in better_tree.get_path())
+        cost = estimate(
+            terms, output, sizes, itemsize, semiring, path, {}, profile, False, given
+        )
+        if cost.peak_bytes <= memory_limit and cost.time < best.time:
+            best = dataclasses.replace(
+                quick,
+                path=path,
+                flops=cost.flops,
+                time=cost.time,
+                peak_bytes=cost.peak_bytes,
+            )
+    return best
 
 
 def quick_repeats(n_terms: int) -> int:

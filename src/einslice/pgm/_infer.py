@@ -561,7 +561,7 @@ def _resolve(
                 found.trials == 0 or (walked and cheap(found.time, len(variant.tables)))
             ):
                 # The tree was cheap enough to end the search (the plain greedy
-                # one, _search._quick_tree, or one found in a few trials): run
+                # one, _search._quick_trees, or one found in a few trials): run
                 # once, such a plan is walked on the host, not compiled, and
                 # fewer tables would save only microseconds, while searching
                 # them costs seconds (CSP_11 log Z: 9 s of its 13 s in the
@@ -635,6 +635,7 @@ def _search(
         patience=search.patience,
         search_seconds=search.seconds,
         profile=profile,
+        runs=1 if search.runs is None else search.runs,
     )
 
 
