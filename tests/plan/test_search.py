@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import multiprocessing.process
@@ -15,6 +16,7 @@ from cotengra.utils import lattice_equation, randreg_equation
 
 import einslice
 from einslice._plan import _kahypar, _planner, _search
+from einslice._plan._order import label_indices, labelled
 from einslice._plan._profile import CPU_DEFAULT
 from einslice._plan._search import search_tree
 
@@ -145,9 +147,8 @@ def _cotengra_tree(terms, output, sizes, limit, seed, trials):
     state = random.getstate()
     random.seed(seed)
     try:  # pyright reads search()'s result as its float default
-        tree = optimizer.search(
-            [tuple(t) for t in terms], tuple(output), dict(enumerate(sizes))
-        )
+        # labelled as einslice's search labels them (one character per index)
+        tree = optimizer.search(*labelled(terms, output, sizes))
         return cast("ContractionTree", tree)
     finally:
         random.setstate(state)
@@ -201,7 +202,8 @@ def _never_worse(equation, limit, seed):
     assert budget >= 1
     tree = _cotengra_tree(terms, output, sizes, limit, seed, budget)
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
-    chunks = dict.fromkeys((int(i) for i in tree.sliced_inds), 1)
+    index = label_indices(len(sizes))
+    chunks = dict.fromkeys((index[i] for i in tree.sliced_inds), 1)
     cost = _search.estimate(terms, output, sizes, 4, "sum", path, chunks)
     theirs = _search.Found(
         path, tuple(chunks), cost.flops, cost.time, 1, cost.peak_bytes
@@ -248,6 +250,17 @@ def test_a_tree_from_cotengras_reference_gives_float64_results():
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
 
 
+# With cotengrust installed, cotengra's greedy trials draw their noise from
+# cotengrust's own generator, which the search's seed does not reach: a seed
+# then no longer pins the tree (docs/search.md). CI's Python 3.13 step runs
+# the suite with cotengrust ([fast]); the tests of that guarantee skip there.
+needs_seeded_greedy = pytest.mark.skipif(
+    importlib.util.find_spec("cotengrust") is not None,
+    reason="cotengrust's greedy noise is not seeded by the search",
+)
+
+
+@needs_seeded_greedy
 def test_the_same_seed_gives_the_same_tree_and_another_may_not(tmp_path, monkeypatch):
     # bond 3, not 2: the bond-2 network's greedy tree is cheap enough to end the
     # search before any seeded trial (see the quick-tree test below)
@@ -278,6 +291,7 @@ def test_a_cheap_greedy_tree_ends_the_search_before_any_trial():
     assert searched.trials >= 1 and searched.sliced
 
 
+@needs_seeded_greedy
 def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
     tmp_path, monkeypatch
 ):
@@ -482,3 +496,57 @@ def test_a_search_never_returns_a_tree_worse_than_the_quick_one(monkeypatch):
     monkeypatch.setattr(_search, "_search", lambda *a, **k: (worse, True))
     found = search_tree(terms, output, sizes, 4, 2**28)
     assert (found.path, found.time, found.trials) == (quick.path, quick.time, 3)
+
+
+def test_the_search_works_when_cotengra_hands_labels_to_cotengrust(monkeypatch):
+    # cotengra runs its greedy trials through cotengrust when that is
+    # installed, and cotengrust takes one-character labels only: int labels
+    # made every search fail for its users. A stand-in with its strictness:
+    from cotengra.pathfinders import path_greedy
+
+    greedy, calls = path_greedy.ssa_greedy_optimize, []
+
+    def strict(inputs, output, *args, **kwargs):
+        calls.append(len(inputs))
+        labels = [x for term in (*inputs, output) for x in term]
+        if not all(isinstance(x, str) and len(x) == 1 for x in labels):
+            raise TypeError("expected a string of length 1")
+        return greedy(inputs, output, *args, **kwargs)
+
+    monkeypatch.setattr(path_greedy, "ssa_greedy_optimize", strict)
+    terms, output, sizes = _network(randreg_equation(30, 3, 10, 16, seed=1))
+    monkeypatch.setattr(_search, "_quick_trees", lambda *args: None)  # search
+    found = search_tree(terms, output, sizes, 4, 2**16, seed=0, trials=8)
+    assert calls, "no greedy trial ran: the stand-in tested nothing"
+    assert found.trials >= 1 and found.sliced
+    assert all(0 <= i < len(sizes) for i in found.sliced)
+
+
+def test_many_tensor_greedy_orders_go_to_cotengrust_and_survive_its_panics(
+    monkeypatch,
+):
+    class PanicException(BaseException):  # pyo3's, as cotengrust raises it
+        pass
+
+    used = []
+
+    def python(inputs, *args, **kwargs):
+        used.append("python")
+        return "python's"
+
+    def rust(inputs, *args, **kwargs):
+        used.append("rust")
+        raise PanicException("called `Result::unwrap()` on an `Err` value: 0")
+
+    few, many = [("a",)] * 3, [("a",)] * _search.RUST_GREEDY_MIN_TENSORS
+    assert _search._fastest(python, lambda: rust, few) == "python's"
+    assert used == ["python"]
+    assert _search._fastest(python, lambda: rust, many) == "python's"
+    assert used == ["python", "rust", "python"]
+    # anything else it raises is not swallowed
+    with pytest.raises(KeyboardInterrupt):
+        _search._fastest(python, lambda: _raise(KeyboardInterrupt()), many)
+
+
+def _raise(error):
+    return lambda *args, **kwargs: (_ for _ in ()).throw(error)

@@ -177,15 +177,54 @@ def find_path(
         key = tuple(sorted(sizes.items()))
         return _named_path(tuple(terms), output, key, optimize)
     if callable(optimize):
-        inputs = [tuple(t) for t in terms]
+        symbol = opt_einsum.get_symbol  # (one-character labels: see `labelled`)
+        inputs = [tuple(symbol(i) for i in t) for t in terms]
+        out = tuple(symbol(i) for i in output)
+        size_dict = {symbol(i): s for i, s in sizes.items()}
         # A path optimizer returns a path; normalize_path checks its entries.
-        path = cast("Sequence[object]", optimize(inputs, tuple(output), dict(sizes)))
+        path = cast("Sequence[object]", optimize(inputs, out, size_dict))
         return normalize_path(path)
     raise EinsliceError(
         f"optimize={optimize!r} is not understood; pass one of {list(_NAMED)}, "
         "True, False, an explicit path such as [(0, 1), (0, 1)], or a path "
         "optimizer object such as cotengra.HyperOptimizer()."
     )
+
+
+def labelled(
+    terms: Sequence[Sequence[int]], output: Sequence[int], sizes: Sequence[int]
+) -> tuple[list[tuple[str, ...]], tuple[str, ...], dict[str, int]]:
+    """Terms, output and sizes with one-character labels, as path finders get them.
+
+    Index ``i`` becomes opt_einsum's ``get_symbol(i)``. cotengra hands its
+    inputs to cotengrust (its Rust path finders) when that is installed, and
+    cotengrust takes one-character labels only: int labels made every search
+    fail with a TypeError for a user who had it. Paths are positions, so they
+    need no translation back; index labels (cotengra's sliced indices) go back
+    through `label_indices`.
+
+    Example:
+        >>> labelled([(0, 1), (1, 2)], (0,), [2, 3, 4])
+        ([('a', 'b'), ('b', 'c')], ('a',), {'a': 2, 'b': 3, 'c': 4})
+    """
+    symbol = opt_einsum.get_symbol
+    sizes = list(sizes)
+    inputs = [tuple(symbol(i) for i in t) for t in terms]
+    return (
+        inputs,
+        tuple(symbol(i) for i in output),
+        {symbol(i): s for i, s in enumerate(sizes)},
+    )
+
+
+def label_indices(n_indices: int) -> dict[str, int]:
+    """The index of each label `labelled` gives, for ``n_indices`` indices.
+
+    Example:
+        >>> label_indices(3)
+        {'a': 0, 'b': 1, 'c': 2}
+    """
+    return {opt_einsum.get_symbol(i): i for i in range(n_indices)}
 
 
 @lru_cache(maxsize=8192)

@@ -63,7 +63,7 @@ from . import _elimination as elimination
 from . import _kahypar as kahypar
 from ._cachedir import CacheWarning, cache_dir, write_atomic
 from ._cost import Body, cached_cost, chunked_sizes, evaluate, ranking
-from ._order import cached_steps, to_steps
+from ._order import cached_steps, label_indices, labelled, to_steps
 from ._profile import CPU_DEFAULT, Profile
 from ._types import Cost
 
@@ -443,11 +443,13 @@ def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
     """
     from cotengra.scoring import ComboObjective
 
+    index = label_indices(len(sizes))
+
     class EinsliceTime(ComboObjective):
         def __call__(self, trial):
             tree = trial["tree"]
             path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
-            chunks = {int(i): 1 for i in tree.sliced_inds}
+            chunks = {index[i]: 1 for i in tree.sliced_inds}
             cost = estimate(
                 terms, output, sizes, itemsize, semiring, path, chunks, profile
             )
@@ -548,7 +550,7 @@ def _search(
     complete = _run_trials(
         optimizer, terms, output, sizes, seed, trials, patience, search_seconds
     )
-    own = _found(optimizer)
+    own = _found(optimizer, len(sizes))
     if not complete or not needs_reference(own, sizes, len(terms)):
         return own, complete  # (cut short by the wall-time cap: no time left)
     seconds_left = deadline - time.perf_counter()
@@ -717,9 +719,7 @@ def reference_search(
     state = random.getstate()
     random.seed(seed)
     try:
-        tree = optimizer.search(
-            [tuple(t) for t in terms], tuple(output), dict(enumerate(sizes))
-        )
+        tree = optimizer.search(*labelled(terms, output, sizes))
     finally:
         random.setstate(state)
     return cast("ContractionTree", tree), len(optimizer.scores) >= trials
@@ -742,12 +742,13 @@ def _reference_found(
     reference never ranks below cotengra's own tree).
     """
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    index = label_indices(len(sizes))
     variants = []
     for fraction in (1.0, *_RESLICE_FRACTIONS):
         if fraction < 1.0:
             target = max(2, int(memory_limit // itemsize * fraction))
             tree = tree.slice(target_size=target, seed=0)
-        sliced = tuple(int(i) for i in tree.sliced_inds)
+        sliced = tuple(index[i] for i in tree.sliced_inds)
         cost = estimate(
             terms,
             output,
@@ -837,8 +838,7 @@ def reconfigured(
     """
     from cotengra import ContractionTree
 
-    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
-    tree = ContractionTree.from_path(inputs, tuple(output), size_dict, path=quick.path)
+    tree = ContractionTree.from_path(*labelled(terms, output, sizes), path=quick.path)
     best = quick
     for minimize in ("combo", "flops"):
         better_tree = tree.subtree_reconfigure(minimize=minimize)
@@ -882,13 +882,19 @@ def random_greedy_path(
         >>> random_greedy_path([(0, 1), (1, 2), (2, 3)], (0, 3), [2, 2, 2, 2], 0, 4)
         ((0, 1), (0, 1))
     """
-    from cotengra.pathfinders.path_basic import optimize_random_greedy_track_flops
+    from cotengra.pathfinders import path_basic
 
-    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
-    path, _ = optimize_random_greedy_track_flops(
-        inputs, tuple(output), size_dict, ntrials=repeats, seed=seed
+    inputs, labels, size_dict = labelled(terms, output, sizes)
+    path, _ = _fastest(
+        path_basic.optimize_random_greedy_track_flops,
+        path_basic.get_optimize_random_greedy_track_flops,
+        inputs,
+        labels,
+        size_dict,
+        ntrials=repeats,
+        seed=seed,
     )
-    return _pairwise(inputs, tuple(output), size_dict, path)
+    return _pairwise(inputs, labels, size_dict, path)
 
 
 def greedy_path(
@@ -900,11 +906,42 @@ def greedy_path(
         >>> greedy_path([(0, 1), (1, 2), (2, 3)], (0, 3), [2, 2, 2, 2])
         ((0, 1), (0, 1))
     """
-    from cotengra.pathfinders.path_basic import optimize_greedy
+    from cotengra.pathfinders import path_basic
 
-    inputs, size_dict = [tuple(t) for t in terms], dict(enumerate(sizes))
-    greedy = optimize_greedy(inputs, tuple(output), size_dict)
-    return _pairwise(inputs, tuple(output), size_dict, greedy)
+    inputs, labels, size_dict = labelled(terms, output, sizes)
+    greedy = _fastest(
+        path_basic.optimize_greedy,
+        path_basic.get_optimize_greedy,
+        inputs,
+        labels,
+        size_dict,
+    )
+    return _pairwise(inputs, labels, size_dict, greedy)
+
+
+# From this many tensors on, rule 0's greedy orders run in cotengrust (Rust)
+# where it is installed: relational_5 (UAI 2014, 60,000 tables) took 3.5 s
+# there, over 180 s in Python. Below, Python's (milliseconds): the same trees
+# with or without cotengrust, and no exposure to its panics (0.2.1 panicked on
+# a merged Promedus_24 variant of 51 tables).
+RUST_GREEDY_MIN_TENSORS = 2000
+
+
+def _fastest(python, get_accelerated, inputs, *args, **kwargs):
+    """``python(inputs, ...)``, or cotengrust's version for many tensors.
+
+    A cotengrust panic (pyo3's ``PanicException``, a ``BaseException``) falls
+    back to Python's.
+    """
+    if len(inputs) >= RUST_GREEDY_MIN_TENSORS:
+        accelerated = get_accelerated()  # cotengra's pick: Rust if installed
+        if accelerated is not python:
+            try:
+                return accelerated(inputs, *args, **kwargs)
+            except BaseException as e:
+                if type(e).__name__ != "PanicException":
+                    raise
+    return python(inputs, *args, **kwargs)
 
 
 def _pairwise(inputs, output, size_dict, path) -> Path:
@@ -960,8 +997,7 @@ def _run_trials(
     optimizer, terms, output, sizes, seed, trials, patience, search_seconds
 ) -> bool:
     """Search trial by trial until good enough or out of patience; False on timeout."""
-    inputs = [tuple(t) for t in terms]
-    size_dict = dict(enumerate(sizes))
+    inputs, labels, size_dict = labelled(terms, output, sizes)
     deadline = time.perf_counter() + search_seconds
     # cotengra draws every random choice (greedy jitter, kahypar's seed, random
     # subtrees) from Python's global ``random`` when given no seed: seed it for
@@ -970,7 +1006,7 @@ def _run_trials(
     random.seed(seed)
     try:
         for done in range(1, trials + 1):
-            optimizer.search(inputs, tuple(output), size_dict)
+            optimizer.search(inputs, labels, size_dict)
             best_time = optimizer.best.get("einslice_time", math.inf)
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
             if cheap(best_time, len(terms)):
@@ -986,8 +1022,8 @@ def _run_trials(
     return True
 
 
-def _found(optimizer) -> Found:
-    """The hyper-optimizer's best tree, as a `Found`."""
+def _found(optimizer, n_indices: int) -> Found:
+    """The hyper-optimizer's best tree, as a `Found` (indices back to ints)."""
     # ``tree`` is ``best["tree"]``; pyright infers ``best`` as dict[str, float]
     # from cotengra's initial {"score": inf, ...}.
     tree = cast("ContractionTree", optimizer.tree)
@@ -995,7 +1031,7 @@ def _found(optimizer) -> Found:
     best = optimizer.best
     return Found(
         path=path,
-        sliced=tuple(int(i) for i in tree.sliced_inds),
+        sliced=tuple(label_indices(n_indices)[i] for i in tree.sliced_inds),
         flops=float(tree.contraction_cost()),
         time=float(best.get("einslice_time", math.inf)),
         peak_bytes=int(best.get("einslice_peak", 0)),
