@@ -274,6 +274,51 @@ def networks() -> list[Network]:
     return nets
 
 
+def fresh_networks(seed: int) -> list[Network]:
+    """Networks the planner was not tuned on: cotengra's helpers, new seeds.
+
+    A win counts only where it was not tuned for: ``--fresh SEED`` runs these
+    instead of `networks` (random regular graphs, 2D, 3D and periodic
+    lattices, random networks and hypernetworks, at sizes like the suite's).
+    """
+    import importlib
+
+    utils: Any = importlib.import_module("cotengra.utils")
+    s = 1000 + 100 * seed
+    specs = [
+        ("randreg-50-d3-5", utils.randreg_equation(50, 3, d_min=3, d_max=5, seed=s)),
+        (
+            "randreg-90-d2-3",
+            utils.randreg_equation(90, 3, d_min=2, d_max=3, seed=s + 1),
+        ),
+        ("randreg-70-d3", utils.randreg_equation(70, 3, d_min=3, d_max=3, seed=s + 2)),
+        ("lattice-9x9-d3", utils.lattice_equation([9, 9], d_min=3, seed=s + 3)),
+        ("lattice-5x5x3-d2", utils.lattice_equation([5, 5, 3], d_min=2, seed=s + 4)),
+        (
+            "lattice-5x5-periodic-d4",
+            utils.lattice_equation([5, 5], d_min=4, cyclic=True, seed=s + 5),
+        ),
+        ("rand-60", utils.rand_equation(60, 3, n_out=0, d_min=2, d_max=4, seed=s + 6)),
+        (
+            "rand-hyper-50",
+            utils.rand_equation(
+                50,
+                3,
+                n_out=1,
+                n_hyper_in=2,
+                n_hyper_out=1,
+                d_min=2,
+                d_max=3,
+                seed=s + 7,
+            ),
+        ),
+    ]
+    return [
+        _from_cotengra(f"fresh{seed}-{name}", "fresh", equation)
+        for name, equation in specs
+    ]
+
+
 def with_arrays(network: Network, seed: int = 0) -> Network:
     """Give ``network`` seeded operands (unless it has its own, QAOA's)."""
     if network.arrays:
@@ -718,13 +763,19 @@ def main() -> int:
     parser.add_argument("--cotengra-seconds", type=float, default=30.0)
     parser.add_argument("--list", action="store_true", help="list the networks")
     parser.add_argument(
+        "--fresh",
+        type=int,
+        metavar="SEED",
+        help="run networks the planner was not tuned on (fresh_networks)",
+    )
+    parser.add_argument(
         "--out", default=str(ROOT / "benchmarks" / "results" / "networks.md")
     )
     args = parser.parse_args()
     from einslice._plan._memory import parse_memory_limit
 
     limit = parse_memory_limit(args.memory_limit)
-    chosen = networks()
+    chosen = networks() if args.fresh is None else fresh_networks(args.fresh)
     if args.quick:
         chosen = [n for n in chosen if n.quick]
     if args.families:
