@@ -139,7 +139,10 @@ def family(name: str) -> str:
 def sweep_one(path: Path, task: str, limit: str, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--one", str(path), "--task", task]
     cmd += ["--memory-limit", limit]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    # this checkout's src first, the caller's path after it (e.g. an extra's
+    # packages installed elsewhere)
+    python_path = [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(python_path)}
     row: dict = {"instance": path.name[: -len(".uai")], "status": "error"}
     # stdout to a file: what a child printed before its timeout is kept
     with tempfile.TemporaryFile("w+") as out:
