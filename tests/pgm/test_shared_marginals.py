@@ -186,3 +186,29 @@ def test_large_derivatives_on_the_host_stay_within_the_limit(name, semiring):
     else:
         x = _infer._argmax_states(prepared.network, list(found[1]))
         assert prepared.network.model.log_score(x) == pytest.approx(value, abs=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=False,  # (XLA's temporaries may differ by JAX version)
+    reason="known defect, open: with this other Grids_15 tree (one the search "
+    "found while it labelled indices with opt_einsum's symbols) the compiled "
+    "gradient's temporaries are 295 MB at a 268 MB limit, while the plan's "
+    "predicted peak is within it: the derivative's peak model misses a buffer",
+)
+def test_another_grids_15_tree_keeps_its_compiled_gradient_within_the_limit(
+    tmp_path, monkeypatch
+):
+    import opt_einsum
+
+    from einslice._plan import _order, _planner, _search
+
+    monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_order, "label", opt_einsum.get_symbol)
+    _search._cached.cache_clear()
+    _planner.make_plan.cache_clear()
+    try:
+        _gradient_memory("Grids_15", 256 * 2**20)
+    finally:
+        _search._cached.cache_clear()
+        _planner.make_plan.cache_clear()

@@ -177,7 +177,7 @@ def find_path(
         key = tuple(sorted(sizes.items()))
         return _named_path(tuple(terms), output, key, optimize)
     if callable(optimize):
-        symbol = opt_einsum.get_symbol  # (one-character labels: see `labelled`)
+        symbol = label  # (one-character labels: see `labelled`)
         inputs = [tuple(symbol(i) for i in t) for t in terms]
         out = tuple(symbol(i) for i in output)
         size_dict = {symbol(i): s for i, s in sizes.items()}
@@ -191,23 +191,44 @@ def find_path(
     )
 
 
+# The one-character label of index 0; see `label`.
+_FIRST_LABEL = 0x100
+_SURROGATES = range(0xD800, 0xE000)
+
+
+def label(i: int) -> str:
+    """Index ``i``'s one-character label: ordered as the indices are.
+
+    Code points from U+0100 on, skipping the surrogates (which are not
+    characters): labels sort, and so break a path finder's ties, as the
+    int indices did (opt_einsum's symbols put "A" before "a" and changed the
+    trees of networks searched before).
+
+    Example:
+        >>> label(0), label(1) < label(2), label(0xD800 - 0x100) == chr(0xE000)
+        ('Ā', True, True)
+    """
+    code = _FIRST_LABEL + i
+    return chr(code + len(_SURROGATES) if code >= _SURROGATES.start else code)
+
+
 def labelled(
     terms: Sequence[Sequence[int]], output: Sequence[int], sizes: Sequence[int]
 ) -> tuple[list[tuple[str, ...]], tuple[str, ...], dict[str, int]]:
     """Terms, output and sizes with one-character labels, as path finders get them.
 
-    Index ``i`` becomes opt_einsum's ``get_symbol(i)``. cotengra hands its
-    inputs to cotengrust (its Rust path finders) when that is installed, and
-    cotengrust takes one-character labels only: int labels made every search
-    fail with a TypeError for a user who had it. Paths are positions, so they
-    need no translation back; index labels (cotengra's sliced indices) go back
+    Index ``i`` becomes `label` ``(i)``. cotengra hands its inputs to
+    cotengrust (its Rust path finders) when that is installed, and cotengrust
+    takes one-character labels only: int labels made every search fail with
+    a TypeError for a user who had it. Paths are positions, so they need no
+    translation back; index labels (cotengra's sliced indices) go back
     through `label_indices`.
 
     Example:
         >>> labelled([(0, 1), (1, 2)], (0,), [2, 3, 4])
-        ([('a', 'b'), ('b', 'c')], ('a',), {'a': 2, 'b': 3, 'c': 4})
+        ([('Ā', 'ā'), ('ā', 'Ă')], ('Ā',), {'Ā': 2, 'ā': 3, 'Ă': 4})
     """
-    symbol = opt_einsum.get_symbol
+    symbol = label
     sizes = list(sizes)
     inputs = [tuple(symbol(i) for i in t) for t in terms]
     return (
@@ -222,9 +243,9 @@ def label_indices(n_indices: int) -> dict[str, int]:
 
     Example:
         >>> label_indices(3)
-        {'a': 0, 'b': 1, 'c': 2}
+        {'Ā': 0, 'ā': 1, 'Ă': 2}
     """
-    return {opt_einsum.get_symbol(i): i for i in range(n_indices)}
+    return {label(i): i for i in range(n_indices)}
 
 
 @lru_cache(maxsize=8192)
