@@ -215,6 +215,18 @@ def _never_worse(equation, limit, seed):
     return found
 
 
+# With cotengrust installed, cotengra's greedy trials draw their noise from
+# cotengrust's own generator, which the search's seed does not reach: a seed
+# then no longer pins the tree (docs/search.md). CI's Python 3.13 step runs
+# the suite with cotengrust ([fast]); the tests of that guarantee (and the reruns of
+# cotengra at the same seed below) skip there.
+needs_seeded_greedy = pytest.mark.skipif(
+    importlib.util.find_spec("cotengrust") is not None,
+    reason="cotengrust's greedy noise is not seeded by the search",
+)
+
+
+@needs_seeded_greedy
 @pytest.mark.parametrize(("name", "equation", "limit", "seed"), NEVER_WORSE_CASES)
 def test_the_search_is_never_worse_than_cotengras_at_the_same_budget(
     name, equation, limit, seed
@@ -224,6 +236,7 @@ def test_the_search_is_never_worse_than_cotengras_at_the_same_budget(
     _never_worse(equation, limit, seed)
 
 
+@needs_seeded_greedy
 @pytest.mark.parametrize(("name", "equation", "limit", "seed"), NEVER_WORSE_SLOW_CASES)
 def test_large_searches_are_never_worse_than_cotengras_at_the_same_budget(
     name, equation, limit, seed
@@ -248,16 +261,6 @@ def test_a_tree_from_cotengras_reference_gives_float64_results():
     got = einslice.einsum(*args, list(output), memory_limit=limit)
     assert got.dtype == np.float64
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
-
-
-# With cotengrust installed, cotengra's greedy trials draw their noise from
-# cotengrust's own generator, which the search's seed does not reach: a seed
-# then no longer pins the tree (docs/search.md). CI's Python 3.13 step runs
-# the suite with cotengrust ([fast]); the tests of that guarantee skip there.
-needs_seeded_greedy = pytest.mark.skipif(
-    importlib.util.find_spec("cotengrust") is not None,
-    reason="cotengrust's greedy noise is not seeded by the search",
-)
 
 
 @needs_seeded_greedy
