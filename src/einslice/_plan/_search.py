@@ -1031,7 +1031,7 @@ def _found(optimizer, n_indices: int) -> Found:
     best = optimizer.best
     return Found(
         path=path,
-        sliced=tuple(label_indices(n_indices)[i] for i in tree.sliced_inds),
+        sliced=tuple(map(label_indices(n_indices).__getitem__, tree.sliced_inds)),
         flops=float(tree.contraction_cost()),
         time=float(best.get("einslice_time", math.inf)),
         peak_bytes=int(best.get("einslice_peak", 0)),
