@@ -832,7 +832,10 @@ def test_out_sharding_outside_set_mesh_is_honoured():
 def test_out_sharding_errors_match_jnp():
     a, b = np.ones((4, 3), np.float32), np.ones((3, 6), np.float32)
     device = jax.devices()[0]
-    for bad in ("x", jax.sharding.SingleDeviceSharding(device)):
+    # JAX 0.12.1 deprecates constructing SingleDeviceSharding directly.
+    single = getattr(jax.sharding, "make_single_device_sharding", None)
+    single = single(device) if single else jax.sharding.SingleDeviceSharding(device)
+    for bad in ("x", single):
         error = assert_raises_like_jnp("ij,jk->ik", a, b, out_sharding=bad)
         assert isinstance(error, TypeError)
     # a PartitionSpec with no mesh set; an axis that is not explicit

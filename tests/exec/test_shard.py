@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 
 import jax
 import numpy as np
@@ -415,7 +416,9 @@ def test_split_operands_not_gathered(in_place):
     assert in_place["hlo/shapes"] == local
     assert in_place["hlo/temp"] <= in_place["limit"]
     assert not in_place["hlo/grad-all-gather"]
-    assert in_place["hlo/grad-shapes"][: len(local)] == local
+    # The gradient program's parameters hold the same shards; their order is
+    # XLA's (JAX 0.12.1 puts a 12x12 one first), so compare them as a multiset.
+    assert not Counter(local) - Counter(in_place["hlo/grad-shapes"])
     assert "operands split along k are used in place" in in_place["report"]
     assert "(k: 3 of 12) in 1 summed chunk per output block" in in_place["report"]
 
