@@ -2,13 +2,15 @@
 
 The semirings come from the registry (``_plan/_semiring.SEMIRINGS``), so a new
 one is tested here without editing this file. The executors are those that
-run plans today: the chunked chain (``Plan.__call__``, sliced or not), the
-plain ``jnp.einsum`` lowering (``lowering="xla"``, for the semirings
-``jnp.einsum`` computes), the numpy host walk (``run_on_host``), the loop-nest
-``naive_einsum``, and the chain split over two simulated devices (one
-subprocess). References materialize the table over every index in float64
-(``strategies.materialized_reduce``). Min-plus, the semiring added through the
-registry alone, is also checked against shortest paths by Floyd–Warshall.
+are registered (``_exec/_executors.EXECUTORS``, so a new one is tested here
+too), each run through ``Plan.__call__`` with ``Plan.executor`` naming it: the
+chunked chain ("einslice", sliced or not), the plain ``jnp.einsum`` lowering
+("xla", for the semirings ``jnp.einsum`` computes), the numpy host walk
+("host"); and the loop-nest ``naive_einsum``, and the chain split over two
+simulated devices (one subprocess). References materialize the table over
+every index in float64 (``strategies.materialized_reduce``). Min-plus, the
+semiring added through the registry alone, is also checked against shortest
+paths by Floyd–Warshall.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import pytest
 
 import einslice
+from einslice._exec._executors import EXECUTORS as REGISTERED
 from einslice._exec._host import HOST_RULES, run_on_host
 from einslice._exec._semiring import RULES
 from einslice._plan._planner import with_plain_lowerings
@@ -51,13 +54,20 @@ class Executor:
     """One way of running a plan, as this test drives it."""
 
     name: str
-    supports: Callable[[Semiring, Plan], bool]
+    supports: Callable[[Plan], bool]
     run: Callable[[Plan, list], object]  # operands: numpy arrays or JAX arrays
     differentiable: bool
 
 
-def _plain(plan: Plan, ops):
-    return replace(plan, lowering="xla")(*ops)
+def _registered(name: str) -> Executor:
+    """A registered executor, run through ``Plan.__call__`` with its name set."""
+    executor = REGISTERED[name]
+    return Executor(
+        name,
+        executor.runs,
+        lambda plan, ops: replace(plan, executor=name)(*ops),
+        executor.compiles,
+    )
 
 
 def _naive(plan: Plan, ops):
@@ -65,16 +75,10 @@ def _naive(plan: Plan, ops):
     return einslice.naive_einsum(subscripts, *ops, semiring=plan.semiring)
 
 
+# every registered executor, and the loop-nest naive_einsum
 EXECUTORS = [
-    Executor("chain", lambda ring, plan: True, lambda p, ops: p(*ops), True),
-    Executor(
-        "plain",
-        lambda ring, plan: ring.jnp_einsum and not plan.chunks,
-        _plain,
-        True,
-    ),
-    Executor("host", lambda ring, plan: True, run_on_host, False),
-    Executor("naive", lambda ring, plan: True, _naive, True),
+    *map(_registered, REGISTERED),
+    Executor("naive", lambda plan: True, _naive, True),
 ]
 
 
@@ -126,15 +130,15 @@ def test_every_executor_matches_float64(ring, formula, shapes):
     ran = []
     for kind, plan in _plans(formula, shapes, ring).items():
         for executor in EXECUTORS:
-            if not executor.supports(ring, plan):
+            if not executor.supports(plan):
                 continue
             what = f"{executor.name} on {ring.name}, {kind} plan {plan.chunks}"
             _assert_matches(executor.run(plan, ops), ref, what)
             ran.append((executor.name, kind))
     # every executor ran every semiring it supports; the plain lowering only
     # those jnp.einsum computes
-    assert {name for name, _ in ran} >= {"chain", "host", "naive"}
-    assert ("plain", "whole") in ran if ring.jnp_einsum else "plain" not in ran
+    assert {name for name, _ in ran} >= {"einslice", "host", "naive"}
+    assert ("xla", "whole") in ran if ring.jnp_einsum else "xla" not in ran
 
 
 def test_the_seed_formula_is_sliced_at_the_tight_limit():
@@ -147,8 +151,8 @@ def test_the_seed_formula_is_sliced_at_the_tight_limit():
 @pytest.mark.parametrize("ring", list(SEMIRINGS.values()), ids=list(SEMIRINGS))
 def test_only_semirings_jnp_einsum_computes_get_the_plain_lowering(ring):
     plan = einslice.plan("ij,jk->ik", (4, 4), (4, 4), semiring=ring.name)
-    lowerings = [p.lowering for p in with_plain_lowerings((plan,), count=1)]
-    assert ("xla" in lowerings) == ring.jnp_einsum
+    executors = [p.executor for p in with_plain_lowerings((plan,), count=1)]
+    assert ("xla" in executors) == ring.jnp_einsum
 
 
 def _weighted(y, weights):
@@ -172,7 +176,7 @@ def test_every_differentiable_executor_matches_float64_gradients(ring):
         if kind == "sliced":
             assert plan.tangent_chunks, "the derivative pass is sliced too"
         for executor in EXECUTORS:
-            if not (executor.differentiable and executor.supports(ring, plan)):
+            if not (executor.differentiable and executor.supports(plan)):
                 continue
 
             def loss(*o, executor=executor, plan=plan):
@@ -205,7 +209,7 @@ def test_a_hoisted_plan_on_every_executor_matches_float64(ring):
 
     want = jax.grad(reference, argnums)(*ops)
     for executor in EXECUTORS:
-        if not executor.supports(ring, plan):
+        if not executor.supports(plan):
             continue
         what = f"{executor.name} on {ring.name}, hoisted"
         _assert_matches(executor.run(plan, ops), ref, what)

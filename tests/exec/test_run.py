@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -52,10 +54,11 @@ def test_a_plan_that_is_not_cheap_keeps_one_program():
 def _spy(monkeypatch, runner):
     """Record which road each call of ``runner`` takes: host, first or later."""
     used = []
-    first, later, host = runner.first, runner.later, _run.run_on_host
+    first, later, host = runner.first, runner.later, _run.EXECUTORS["host"]
     monkeypatch.setattr(runner, "first", lambda *a: used.append("first") or first(*a))
     monkeypatch.setattr(runner, "later", lambda *a: used.append("later") or later(*a))
-    monkeypatch.setattr(_run, "run_on_host", lambda *a: used.append("host") or host(*a))
+    spied = replace(host, run=lambda *a: used.append("host") or host.run(*a))
+    monkeypatch.setitem(_run.EXECUTORS, "host", spied)
     return used
 
 

@@ -98,7 +98,7 @@ def test_plain_lowering_is_a_candidate_of_unsliced_sum_plans():
     p = einslice.plan(CHAIN, *ops, tune="measure")
     assert p.choice is not None
     assert any("via jnp.einsum" in label for label in p.choice.labels)
-    plain = replace(einslice.plan(CHAIN, *ops), lowering="xla")
+    plain = replace(einslice.plan(CHAIN, *ops), executor="xla")
     np.testing.assert_allclose(plain(*ops), np.einsum(CHAIN, *ops), rtol=1e-10)
     assert "jnp.einsum" in str(plain)
 
@@ -110,7 +110,7 @@ def test_jnp_einsums_own_greedy_program_is_a_candidate_when_its_path_differs():
     greedy = einslice.plan(eq, *shapes, optimize="greedy")
     assert ours.path != greedy.path
     plans = with_plain_lowerings((ours,), count=4, greedy=greedy)
-    assert [(p.path, p.lowering) for p in plans] == [
+    assert [(p.path, p.executor) for p in plans] == [
         (ours.path, "einslice"),
         (ours.path, "xla"),
         (greedy.path, "xla"),

@@ -124,12 +124,12 @@ def test_placement_is_a_planning_input_copied_into_the_plan():
 def test_plain_lowerings_only_for_unsliced_sum_plans_on_one_device():
     eq = _equation("ij,jk,kl->il", 16)
     args = (eq, 4, "float32", 2**20, "auto", "sum")
-    plain = [p.lowering for p in with_plain_lowerings(rank_plans(*args, count=1), 1)]
+    plain = [p.executor for p in with_plain_lowerings(rank_plans(*args, count=1), 1)]
     assert plain == ["einslice", "xla"]
     spread = rank_plans(*args, Placement(devices=2), count=1)
-    assert [p.lowering for p in with_plain_lowerings(spread, 1)] == ["einslice"]
+    assert [p.executor for p in with_plain_lowerings(spread, 1)] == ["einslice"]
     log = rank_plans(eq, 4, "float32", 2**20, "auto", "log", count=1)
-    assert [p.lowering for p in with_plain_lowerings(log, 1)] == ["einslice"]
+    assert [p.executor for p in with_plain_lowerings(log, 1)] == ["einslice"]
 
 
 class _Named:

@@ -18,12 +18,9 @@ from jax import core, lax
 from .._errors import EinsliceError
 from .._plan._types import Plan, register_runner
 from ._compat import as_weak, supported_options
-from ._hoist import contract_hoisted
-from ._host import host_first_seconds, run_on_host
-from ._jvp import contract
-from ._plain import plain_einsum
+from ._executors import EXECUTORS, executor_of
+from ._host import host_first_seconds
 from ._semiring import Config
-from ._shard import place
 
 
 def execute_plan(
@@ -39,6 +36,15 @@ def execute_plan(
         )
     config = Config(precision=precision, preferred_element_type=preferred_element_type)
     traced = any(isinstance(x, core.Tracer) for x in operands)
+    executor = executor_of(p)
+    if not executor.compiles:
+        if traced:
+            raise EinsliceError(
+                f"executor {executor.name!r} runs outside JAX's transformations "
+                "(jit, vmap, grad) only; plan with the default executor "
+                "'einslice' to run under one."
+            )
+        return jnp.asarray(executor.run(p, config, operands))
     run = _run if traced else _top_level_run(p)
     return run(p, config, *operands)
 
@@ -110,12 +116,7 @@ def _run_impl(p: Plan, config: Config, *operands) -> jax.Array:
         x = _weak_cast(x, dtype) if weak else jnp.asarray(x).astype(dtype)
         arrays.append(lax.squeeze(x, drop) if drop else x)
     with jax.named_scope(f"einslice[{p.equation.text()}]"):
-        if p.lowering == "xla":
-            out = plain_einsum(p, config, arrays)
-        else:
-            out = contract_hoisted(
-                p, place(p, arrays), lambda plan, ops: contract(plan, config, *ops)
-            )
+        out = executor_of(p).run(p, config, arrays)
     return as_weak(out) if weak else out
 
 
@@ -144,7 +145,7 @@ OPTIMIZE_AFTER_CALLS = 100
 class _TopLevelRun:
     """A plan's runner outside any trace: host walk, then compiled, then optimized.
 
-    A many-step plan on a CPU first runs in numpy (``_host.run_on_host``)
+    A many-step plan on a CPU first runs in numpy (the "host" executor)
     while those runs have cost less than its compile is estimated to
     (`_host.host_first_seconds`: a one-shot call pays no compile); then the
     compile-time program, and the optimized one from its
@@ -170,7 +171,7 @@ class _TopLevelRun:
     def __call__(self, p: Plan, config: Config, *args):
         if self.host_spent < self.host_budget and _host_call(p, config, args):
             start = time.perf_counter()
-            out = run_on_host(p, args)
+            out = EXECUTORS["host"].run(p, config, args)
             # (a lost sum under threads only delays the switch)
             self.host_spent += time.perf_counter() - start
             return jnp.asarray(out)
@@ -179,20 +180,14 @@ class _TopLevelRun:
         return run(p, config, *args)
 
 
-# What the host walk computes as XLA would: float and complex results (numpy's
-# integer and narrow float einsums differ from XLA's in overflow and accuracy).
-_HOST_DTYPES = frozenset(
-    map(np.dtype, ("float32", "float64", "complex64", "complex128"))
-)
-
-
 def _host_call(p: Plan, config: Config, operands) -> bool:
     """Whether this call may run on the host.
 
-    On a CPU backend, operands on the CPU, default precision, a strongly
-    typed float or complex result.
+    A plan the host executor runs (one device, a float or complex result),
+    on a CPU backend, operands on the CPU, default precision, a strongly typed
+    result.
     """
-    if config != Config() or np.dtype(p.dtype) not in _HOST_DTYPES:
+    if config != Config() or not EXECUTORS["host"].runs(p):
         return False
     if jax.default_backend() != "cpu" or _weak_result(operands):
         return False

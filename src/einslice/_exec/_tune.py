@@ -293,7 +293,8 @@ def _entry(plan: Plan, choice: Choice) -> dict:
     return {
         "path": [list(pair) for pair in plan.path],
         "chunks": [list(pair) for pair in plan.chunks],
-        "lowering": plan.lowering,
+        # the executor's name, under the key wisdom files have always used
+        "lowering": plan.executor,
         "labels": list(choice.labels),
         "seconds": list(choice.seconds),
         "chosen": choice.chosen,
@@ -316,7 +317,7 @@ def _from_wisdom(
         have = (
             json.dumps([list(p) for p in plan.path]),
             json.dumps([list(p) for p in plan.chunks]),
-            plan.lowering,
+            plan.executor,
         )
         if have == want:
             labels = tuple(str(x) for x in entry["labels"])

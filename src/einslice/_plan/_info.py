@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from math import prod
 
+from ._executors import executor_facts
 from ._memory import format_bytes
 from ._slice import shard_plan, summed_chunk_count
 from ._types import Plan
@@ -22,10 +23,11 @@ def describe(plan: Plan) -> str:
             "once after the loop (operands with output indices only)"
         )
     lines.append(f"      Path: {list(plan.path)}")
-    if plan.lowering == "xla":
-        lines.append("  Lowering: one jnp.einsum call along this path (XLA's steps)")
+    facts = executor_facts(plan.executor)
+    if facts.shown:
+        lines.append(facts.shown)
     lines.extend(_choice(plan))
-    if plan.steps and plan.lowering != "xla":
+    if plan.steps and facts.steps_shown:
         lines.extend(_step_table(plan))
     return "\n".join(lines)
 
@@ -128,7 +130,7 @@ def _step_table(plan: Plan) -> list[str]:
 
 
 def candidate_label(plan: Plan) -> str:
-    """A short name of a tuning candidate: path, slices and lowering.
+    """A short name of a tuning candidate: path, slices and executor.
 
     Example:
         >>> import einslice
@@ -138,7 +140,7 @@ def candidate_label(plan: Plan) -> str:
     eq = plan.equation
     sliced = ", ".join(f"{eq.names[i]}={c}" for i, c in plan.chunks)
     label = f"path {list(plan.path)}, {f'sliced {sliced}' if sliced else 'unsliced'}"
-    return label + (" via jnp.einsum" if plan.lowering == "xla" else "")
+    return label + executor_facts(plan.executor).label
 
 
 def _choice(plan: Plan) -> list[str]:

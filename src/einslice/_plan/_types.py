@@ -257,9 +257,10 @@ class Plan(Steps):
     # ``ij``). The loop accumulates the rest; the derivative then needs no
     # recomputed chunk result to give those operands' gradients.
     hoisted: int = 0
-    # "einslice": the plan's own steps (and scan); "xla": one jnp.einsum call
-    # along the same path, for unsliced "sum" plans (a tuning candidate).
-    lowering: str = "einslice"
+    # The executor that runs it (``_plan/_executors.py``): "einslice", the
+    # plan's own steps (and scan); "xla", one jnp.einsum call along the same
+    # path (a tuning candidate for unsliced "sum" plans); "host", numpy.
+    executor: str = "einslice"
     # How tuning chose this plan; not part of equality (same program).
     choice: Choice | None = field(default=None, compare=False)
     # The ``precision=`` it was planned for (opaque here, like mesh): a call
