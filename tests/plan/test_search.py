@@ -553,3 +553,30 @@ def test_many_tensor_greedy_orders_go_to_cotengrust_and_survive_its_panics(
 
 def _raise(error):
     return lambda *args, **kwargs: (_ for _ in ()).throw(error)
+
+
+def test_an_annealed_tree_is_searched_only_where_the_best_tree_is_dear(monkeypatch):
+    # Annealing pays on large dear networks (linkage_15: 10^13.4 -> 10^9.3
+    # FLOPs); here it is made cheap, so that a 30-tensor network triggers it.
+    terms, output, sizes = _network(randreg_equation(30, 3, d_min=2, d_max=4, seed=3))
+    limit = 2**13
+    args = (terms, output, sizes, 4, limit, "sum", CPU_DEFAULT, 0)
+    never = _search._annealed(*args, math.inf, -math.inf)  # no time left
+    cheap = _search._annealed(*args, 0.0, math.inf)  # a tree in hand is cheap
+    assert never is None and cheap is None
+    monkeypatch.setattr(_search, "ANNEAL_COST_PER_TENSOR", 1e-12)
+    annealed = _search._annealed(*args, math.inf, math.inf)
+    assert annealed is not None and annealed.by == "einslice"
+    assert annealed.peak_bytes <= limit and annealed.trials == 0
+    # the search takes it when it ranks better than its trials' tree
+    calls = []
+    annealing = _search._annealed
+    monkeypatch.setattr(
+        _search, "_annealed", lambda *a, **k: calls.append(a) or annealing(*a, **k)
+    )
+    monkeypatch.setattr(_search, "cheap", lambda seconds, n: False)  # search
+    found = search_tree(terms, output, sizes, 4, limit, trials=2)
+    assert len(calls) == 1 and found.peak_bytes <= limit
+    assert not _search.better(annealed, found, limit, CPU_DEFAULT)
+    plan = einslice.plan(*_interleaved(terms, output, sizes), memory_limit=limit)
+    assert plan.peak_bytes <= limit

@@ -53,7 +53,7 @@ import math
 import random
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, cast
@@ -75,7 +75,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 5
+_VERSION = 6
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -136,6 +136,32 @@ REFERENCE_MAX_SLICES = 256
 # randreg-60 (0.9 s a trial) and the tests' randreg-30/40 (estimated at 4.1x
 # and 4.8x their own search and run time) stay within it.
 REFERENCE_BUDGET_FACTOR = 6.0
+# Simulated annealing of whole trees (cotengra's `simulated_anneal_tree`,
+# after Kalachev et al. and OMEinsumContractionOrders' TreeSA), slicing to the
+# search's target inside the annealing, from the plain greedy tree. Where the
+# quick trees are dear, it finds trees no number of hyper-optimizer trials did:
+# UAI 2014's linkage_15 (938 tables, 1 GB) 10^9.3-10^10.8 FLOPs from one
+# anneal of 16 s (two seeds), against 10^13.4 from einslice's trials within
+# their 60 s cap and 10^12.5 after 53 uncapped trials (108 s); its log Z then
+# took 30 s where the trials' tree ran past 2400 s. One anneal measured ~17 ms
+# per tensor (load 3-4), ~4.6x one trial per tensor: counted as 5 trials.
+ANNEAL_COST_PER_TENSOR = 5 * TRIAL_COST_PER_TENSOR
+# Its wall time per tensor, for the search's cap (cotengra cannot stop inside
+# an anneal): measured 17 ms here, loaded.
+ANNEAL_WALL_PER_TENSOR = 0.02
+# At most this many anneals (seeds seed, seed + 1, ...): one anneal's result
+# varies with its seed (linkage_15: 10^9.3 and 10^10.8).
+ANNEAL_MAX = 4
+# The first anneal runs only when the best tree so far is estimated at this
+# many anneals or more: what an anneal saves is uncertain, and where trials
+# already found a fair tree it did not pay. CSP_11's 390- and 121-table
+# variants (trees at 2.1x and 1.7x an anneal) annealed for 11 s of a 22 s log Z
+# (loaded machine); Grids_15 MAR's trial tree (over the limit, ~9000x) and
+# linkage_15's (~70x) are where it pays.
+ANNEAL_MIN_SHARE = 10
+# cotengra's schedule defaults: 50 temperatures of 50 sweeps each.
+ANNEAL_TEMPERATURES = 50
+ANNEAL_SWEEPS = 50
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
 
@@ -346,7 +372,10 @@ def _searched(key: tuple, search_seconds: float, quick: Found | None) -> Found:
     found = _load(disk, len(terms), len(sizes))
     if found is not None:
         return found
-    found, complete = _search(*key, search_seconds=search_seconds)
+    quick_time = math.inf if quick is None else quick.time
+    found, complete = _search(
+        *key, search_seconds=search_seconds, quick_time=quick_time
+    )
     if quick is not None and better(quick, found, limit, profile):
         found = dataclasses.replace(
             quick,
@@ -532,11 +561,14 @@ def _search(
     given,
     *,
     search_seconds,
+    quick_time: float = math.inf,
 ) -> tuple[Found, bool]:
-    """Run the hyper-optimizer; also say whether it finished before the deadline.
+    """Anneal, run the hyper-optimizer; also say whether it finished in time.
 
     The arguments are `search_tree`'s cache key; ``given`` serves only the
     quick tree tried before (`_cached`), the trials score prepared terms.
+    ``quick_time``: the best quick tree's estimate (inf: none fits), which
+    decides whether annealing can pay (`_annealed`).
     """
     del given
     elimination.register()
@@ -546,11 +578,39 @@ def _search(
         terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
     optimizer = _optimizer(len(terms), itemsize, memory_limit, objective, seed)
+    annealed: list[Found] = []  # the annealed tree, if annealing ran
+
+    def anneal(best_time: float) -> float:
+        found = _annealed(
+            terms,
+            output,
+            sizes,
+            itemsize,
+            memory_limit,
+            semiring,
+            profile,
+            seed,
+            min(best_time, quick_time),
+            deadline,
+        )
+        annealed.extend([] if found is None else [found])
+        return math.inf if found is None else found.time
+
     started = time.perf_counter()
     complete = _run_trials(
-        optimizer, terms, output, sizes, seed, trials, patience, search_seconds
+        optimizer,
+        terms,
+        output,
+        sizes,
+        seed,
+        trials,
+        patience,
+        deadline - started,
+        anneal,
     )
     own = _found(optimizer, len(sizes))
+    if annealed and better(annealed[0], own, memory_limit, profile):
+        own = dataclasses.replace(annealed[0], trials=own.trials)
     if not complete or not needs_reference(own, sizes, len(terms)):
         return own, complete  # (cut short by the wall-time cap: no time left)
     seconds_left = deadline - time.perf_counter()
@@ -732,14 +792,23 @@ _RESLICE_FRACTIONS = (1 / 2, 1 / 4, 1 / 8, 1 / 16, 1 / 64)
 
 
 def _reference_found(
-    tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
+    tree,
+    terms,
+    output,
+    sizes,
+    itemsize,
+    memory_limit,
+    semiring,
+    profile,
+    by: str = "cotengra",
 ) -> Found:
-    """The reference tree as a `Found`: as cotengra sliced it, or sliced further.
+    """A sliced cotengra tree as a `Found`: as sliced, or sliced further.
 
     The tree as cotengra sliced it and, while over the limit in einslice's
     peak model, the same tree sliced further: the first that fits, else the
     one `limited_score` scores best (as `better` ranks trees, so the
-    reference never ranks below cotengra's own tree).
+    reference never ranks below cotengra's own tree). ``by``: whose tree
+    (the reference's, or an annealed one of einslice's search).
     """
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
     index = label_indices(len(sizes))
@@ -773,9 +842,93 @@ def _reference_found(
         time=cost.time,
         trials=0,
         peak_bytes=cost.peak_bytes,
-        by="cotengra",
-        reference_time=cost.time,
+        by=by,
+        reference_time=cost.time if by == "cotengra" else math.inf,
     )
+
+
+def _annealed(
+    terms,
+    output,
+    sizes,
+    itemsize,
+    memory_limit,
+    semiring,
+    profile,
+    seed,
+    best_time: float,
+    deadline: float,
+) -> Found | None:
+    """The best of a few simulated annealings of the greedy tree, if they can pay.
+
+    Each anneal (cotengra's `simulated_anneal_tree`, minimizing FLOPs, slicing
+    to the search's target inside the schedule; seeds ``seed``, ``seed`` + 1,
+    ...) costs `ANNEAL_COST_PER_TENSOR` per tensor. The first runs when the
+    best tree so far (``best_time``: the minimum trials' and the quick
+    tree's) is estimated at `ANNEAL_MIN_SHARE` anneals or more; the next ones
+    while the best annealed tree is estimated dearer than the anneals so far,
+    up to `ANNEAL_MAX`. None when none ran: an anneal whose estimated wall time
+    (`ANNEAL_WALL_PER_TENSOR`, then the first one's measured) would end past
+    ``deadline`` does not start.
+    Each tree is costed by einslice's model and sliced further where its
+    peak is over the limit (`_reference_found`).
+    """
+    from cotengra import ContractionTree
+    from cotengra.pathfinders.path_simulated_annealing import simulated_anneal_tree
+
+    cost = len(terms) * ANNEAL_COST_PER_TENSOR
+    if best_time < ANNEAL_MIN_SHARE * cost:
+        return None
+    inputs, labels, size_dict = labelled(terms, output, sizes)
+    start = ContractionTree.from_path(
+        inputs, labels, size_dict, path=greedy_path(terms, output, sizes)
+    )
+    target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
+    # The greedy tree, sliced to the target: where even it is within reach,
+    # the trials will do (Grids_15 MAR: an anneal added 10 s to a 5.6 s run).
+    sliced = _reference_found(
+        start.slice(target_size=target, seed=seed),
+        terms,
+        output,
+        sizes,
+        itemsize,
+        memory_limit,
+        semiring,
+        profile,
+    )
+    if sliced.time < ANNEAL_MIN_SHARE * cost:
+        return None
+    wall = len(terms) * ANNEAL_WALL_PER_TENSOR
+    best = None
+    for k in range(ANNEAL_MAX):
+        if time.perf_counter() + wall > deadline:
+            break
+        began = time.perf_counter()
+        tree = simulated_anneal_tree(
+            start,
+            tsteps=ANNEAL_TEMPERATURES,
+            numiter=ANNEAL_SWEEPS,
+            minimize="flops",
+            target_size=target,
+            seed=seed + k,
+        )
+        wall = time.perf_counter() - began
+        found = _reference_found(
+            tree,
+            terms,
+            output,
+            sizes,
+            itemsize,
+            memory_limit,
+            semiring,
+            profile,
+            by="einslice",
+        )
+        if best is None or better(found, best, memory_limit, profile):
+            best = found
+        if best.time <= (k + 1) * cost:
+            break
+    return best
 
 
 def _quick_trees(
@@ -994,11 +1147,26 @@ def _optimizer(n_terms, itemsize, memory_limit, objective, seed):
 
 
 def _run_trials(
-    optimizer, terms, output, sizes, seed, trials, patience, search_seconds
+    optimizer,
+    terms,
+    output,
+    sizes,
+    seed,
+    trials,
+    patience,
+    search_seconds,
+    anneal: Callable[[float], float] | None = None,
 ) -> bool:
-    """Search trial by trial until good enough or out of patience; False on timeout."""
+    """Search trial by trial until good enough or out of patience; False on timeout.
+
+    ``anneal``: called once, with the best estimate so far, when the minimum
+    trials (or all ``trials``) have run; it returns the estimate of
+    the tree it found (inf: none), which the stopping rules then count as the
+    best so far.
+    """
     inputs, labels, size_dict = labelled(terms, output, sizes)
     deadline = time.perf_counter() + search_seconds
+    bound = math.inf
     # cotengra draws every random choice (greedy jitter, kahypar's seed, random
     # subtrees) from Python's global ``random`` when given no seed: seed it for
     # the search and put the caller's state back afterwards.
@@ -1007,14 +1175,19 @@ def _run_trials(
     try:
         for done in range(1, trials + 1):
             optimizer.search(inputs, labels, size_dict)
-            best_time = optimizer.best.get("einslice_time", math.inf)
+            best_time = min(bound, optimizer.best.get("einslice_time", math.inf))
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
             if cheap(best_time, len(terms)):
                 return True
-            if done * len(terms) >= MIN_TENSOR_TRIALS and (
-                best_time < done * trial_cost or optimizer.trials_since_best >= patience
-            ):
-                return True
+            if done * len(terms) >= MIN_TENSOR_TRIALS or done == trials:
+                if anneal is not None:
+                    bound = anneal(best_time)
+                    best_time = min(bound, best_time)
+                    anneal = None
+                if best_time < done * trial_cost or (
+                    optimizer.trials_since_best >= patience
+                ):
+                    return True
             if time.perf_counter() > deadline:
                 return False
     finally:
