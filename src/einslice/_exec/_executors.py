@@ -87,10 +87,6 @@ def _chain(plan: Plan, config: Config, arrays: Sequence) -> jax.Array:
     )
 
 
-def _plain(plan: Plan, config: Config, arrays: Sequence) -> jax.Array:
-    return plain_einsum(plan, config, arrays)
-
-
 def _host(plan: Plan, config: Config, arrays: Sequence):
     if config != Config():
         raise EinsliceError(
@@ -104,7 +100,7 @@ EXECUTORS: dict[str, Executor] = {
     executor.name: executor
     for executor in (
         Executor(executor_facts("einslice"), True, _compiled_estimate, _chain),
-        Executor(executor_facts("xla"), True, _compiled_estimate, _plain),
+        Executor(executor_facts("xla"), True, _compiled_estimate, plain_einsum),
         Executor(
             executor_facts("host"),
             False,

@@ -55,7 +55,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import TYPE_CHECKING, cast
 
 from .._errors import EinsliceError
@@ -884,18 +884,19 @@ def _annealed(
         inputs, labels, size_dict, path=greedy_path(terms, output, sizes)
     )
     target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
+    costed = partial(  # a sliced tree as a Found, costed by einslice's model
+        _reference_found,
+        terms=terms,
+        output=output,
+        sizes=sizes,
+        itemsize=itemsize,
+        memory_limit=memory_limit,
+        semiring=semiring,
+        profile=profile,
+    )
     # The greedy tree, sliced to the target: where even it is within reach,
     # the trials will do (Grids_15 MAR: an anneal added 10 s to a 5.6 s run).
-    sliced = _reference_found(
-        start.slice(target_size=target, seed=seed),
-        terms,
-        output,
-        sizes,
-        itemsize,
-        memory_limit,
-        semiring,
-        profile,
-    )
+    sliced = costed(start.slice(target_size=target, seed=seed))
     if sliced.time < ANNEAL_MIN_SHARE * cost:
         return None
     wall = len(terms) * ANNEAL_WALL_PER_TENSOR
@@ -913,17 +914,7 @@ def _annealed(
             seed=seed + k,
         )
         wall = time.perf_counter() - began
-        found = _reference_found(
-            tree,
-            terms,
-            output,
-            sizes,
-            itemsize,
-            memory_limit,
-            semiring,
-            profile,
-            by="einslice",
-        )
+        found = costed(tree, by="einslice")
         if best is None or better(found, best, memory_limit, profile):
             best = found
         if best.time <= (k + 1) * cost:
