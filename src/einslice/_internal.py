@@ -13,6 +13,7 @@ Example:
 """
 
 from ._api import default_memory_limit
+from ._cli import limit_too_small
 from ._errors import EinsliceFileNotFoundError
 from ._exec._calibrate import current_profile, host_profile
 from ._exec._choose import Chosen, choose, host_grad_pays, tree_seconds, walk_pays
@@ -45,6 +46,7 @@ __all__ = [
     "host_profile",
     "host_value_and_grad",
     "host_walk",
+    "limit_too_small",
     "memory_limit_bytes",
     "prepare_terms",
     "run_on_host",

@@ -81,7 +81,7 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
             raise
         message = " ".join(str(e).split())
         if isinstance(e, einslice.MemoryLimitError):
-            from .._cli import limit_too_small
+            from .._internal import limit_too_small
 
             message = limit_too_small(e, args.memory_limit)
         print(f"einslice uai: error: {message}", file=sys.stderr)
