@@ -579,11 +579,11 @@ def _tuned(
         arrays,
         key,
         profile,
-        lambda plan, ops: _run(plan, config, *ops),
-        config.precision,
-        limit_key,
-        gradient,
-        platform(),
+        run=lambda plan, ops: _run(plan, config, *ops),
+        precision=config.precision,
+        limit_key=limit_key,
+        gradient=gradient,
+        platform=platform(),
     )
     return _choose.choose(p, tune, tuning).plan
 

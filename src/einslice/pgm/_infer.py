@@ -672,8 +672,8 @@ def _quick_walk(
     walk in numpy along cotengra's greedy order than a search's least cost
     (one trial), than compiling, and than making a plan: Promedus_24's 103
     steps walk in ~1.5 ms, where laying out and costing them took ~4 ms and
-    pgmpy's whole query ~8 ms. Tables the
-    tree multiplies before summing anything are merged first (fewer steps).
+    pgmpy's whole query ~8 ms. Tables the tree multiplies before summing
+    anything are merged first (fewer steps).
     The walk is taken when the choosing stage's `walk_pays` says so (its
     memory bound fits the limit and its estimated time is below both); else
     None (the search and the planner decide). Returns the merged network and
