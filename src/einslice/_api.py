@@ -21,7 +21,7 @@ from ._errors import (
     EinsliceTypeError,
     MemoryLimitError,
 )
-from ._exec import _semiring, _tune
+from ._exec import _choose, _semiring
 from ._exec._calibrate import current_profile, platform
 from ._exec._run import _run, execute_plan
 from ._exec._semiring import Config
@@ -35,7 +35,7 @@ from ._plan._equation import (
 )
 from ._plan._memory import format_bytes, parse_memory_limit
 from ._plan._order import optimize_key
-from ._plan._planner import make_plan, rank_plans, with_plain_lowerings
+from ._plan._planner import make_plan
 from ._plan._profile import Profile, figures_problem
 from ._plan._semiring import Semiring, semiring_named
 from ._plan._types import Placement, Plan
@@ -462,7 +462,7 @@ def _plan(
     # Plans are cached on every argument; an unhashable optimizer object
     # (rare: most are hashable by identity) is planned afresh each call.
     planner = make_plan if _hashable(key) else make_plan.__wrapped__
-    tune = _tune.check_tune(tune)
+    tune = _choose.check_tune(tune)
     profile = current_profile() if profile is None else _checked_profile(profile)
     profile = profile.for_precision(_effective_precision(precision))
     if not isinstance(gradient, bool):
@@ -572,46 +572,20 @@ def _tuned(
     limit_key: object,
     gradient: bool = False,
 ) -> Plan:
-    """``p``, or the candidate that tuning picks (see ``_exec/_tune.py``)."""
+    """``p``, or the candidate that tuning picks (see ``_exec/_choose.py``)."""
     if tune == "estimate":
         return p
-    args = (p.equation, p.itemsize, p.dtype, p.memory_limit, key, p.semiring)
-
-    def candidates() -> tuple[Plan, ...]:
-        ranked = rank_plans(
-            *args, profile=profile, count=_tune.TOP_K, gradient=gradient
-        )
-        greedy = _greedy_plan(p, key, profile, gradient)
-        return with_plain_lowerings(ranked, _tune.TOP_K, greedy)
-
-    return _tune.choose(
-        p,
-        tune,
+    tuning = _choose.Tuning(
         arrays,
-        candidates,
-        lambda plan, ops: _run(plan, config, *ops),
-        lambda: _tune.signature(
-            p, key, profile.device_kind, config.precision, limit_key
-        ),
-        platform(),
+        key,
+        profile,
+        run=lambda plan, ops: _run(plan, config, *ops),
+        precision=config.precision,
+        limit_key=limit_key,
+        gradient=gradient,
+        platform=platform(),
     )
-
-
-def _greedy_plan(
-    p: Plan, key: object, profile: Profile, gradient: bool = False
-) -> Plan | None:
-    """The best plan along opt_einsum's greedy path (jnp.einsum's default).
-
-    Only when the caller left ``optimize`` at "auto": a path or strategy the
-    caller chose is not second-guessed. None where that path does not fit.
-    """
-    if key != "auto":
-        return None
-    args = (p.equation, p.itemsize, p.dtype, p.memory_limit, "greedy", p.semiring)
-    try:
-        return rank_plans(*args, profile=profile, count=1, gradient=gradient)[0]
-    except EinsliceError:  # MemoryLimitError: greedy's path needs more
-        return None
+    return _choose.choose(p, tune, tuning).plan
 
 
 def _hashable(x) -> bool:

@@ -16,7 +16,8 @@ from hypothesis import given, settings
 import einslice
 from einslice._errors import EinsliceError
 from einslice._exec import _host
-from einslice._exec._host import host_seconds, pays_on_host, run_on_host
+from einslice._exec._choose import pays_on_host
+from einslice._exec._host import host_seconds, run_on_host
 from strategies import (
     equations,
     feasible_plan,

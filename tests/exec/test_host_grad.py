@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import einslice
 from einslice._errors import EinsliceError, MemoryLimitError
 from einslice._exec import _host_grad
+from einslice._exec._choose import host_grad_pays
 from einslice._exec._host_grad import (
-    host_grad_pays,
     host_grad_peak_bytes,
     host_value_and_grad,
 )

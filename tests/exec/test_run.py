@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import einslice
-from einslice._exec import _host, _run
+from einslice._exec import _choose, _executors, _run
 
 
 def _cheap_chain(n_matrices: int = 40):
@@ -70,7 +70,7 @@ def test_a_many_step_plan_runs_on_the_host_until_that_has_cost_a_compile(
     _run._top_level_run.cache_clear()
     runner = _run._top_level_run(p)
     assert runner.host_budget == pytest.approx(
-        _host.COMPILE_SECONDS_PER_STEP * len(p.steps)
+        _executors.COMPILE_SECONDS_PER_STEP * len(p.steps)
     )
     used = _spy(monkeypatch, runner)
     expected = np.linalg.multi_dot(ops)
@@ -118,6 +118,6 @@ def test_an_integer_plan_is_compiled(monkeypatch):
 
 def test_a_few_step_plan_is_compiled_at_once():
     p = einslice.plan("ij,jk,kl->il", (2, 2), (2, 2), (2, 2))
-    assert _host.host_first_seconds(p) == 0.0
+    assert _choose.host_first_seconds(p) == 0.0
     _run._top_level_run.cache_clear()
     assert _run._top_level_run(p).steady

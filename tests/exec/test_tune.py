@@ -13,9 +13,8 @@ import pytest
 from hypothesis import given, settings
 
 import einslice
-from einslice._exec import _calibrate, _tune
+from einslice._exec import _calibrate, _choose, _tune
 from einslice._plan import _wisdom
-from einslice._plan._planner import with_plain_lowerings
 from einslice._plan._profile import CPU_DEFAULT
 from strategies import (
     assert_close_to_einsum,
@@ -109,13 +108,13 @@ def test_jnp_einsums_own_greedy_program_is_a_candidate_when_its_path_differs():
     ours = einslice.plan(eq, *shapes, optimize=[(3, 0), (1, 2), (0, 1)])
     greedy = einslice.plan(eq, *shapes, optimize="greedy")
     assert ours.path != greedy.path
-    plans = with_plain_lowerings((ours,), count=4, greedy=greedy)
+    plans = _choose.with_other_executors((ours,), count=4, greedy=greedy)
     assert [(p.path, p.executor) for p in plans] == [
         (ours.path, "einslice"),
         (ours.path, "xla"),
         (greedy.path, "xla"),
     ]
-    assert len(with_plain_lowerings((greedy,), 4, greedy)) == 2  # no twin
+    assert len(_choose.with_other_executors((greedy,), 4, greedy)) == 2  # no twin
     rng = np.random.default_rng(0)
     ops = [rng.standard_normal(s) for s in shapes]
     tuned = einslice.plan(eq, *ops, tune="measure")
@@ -134,7 +133,7 @@ def test_auto_estimates_short_calls_and_tracing_falls_back():
     ops = _chain_operands(8)
     p = einslice.plan(CHAIN, *ops, tune="auto")
     assert p.choice is None  # a few microseconds: not worth measuring
-    assert p.cost.time < _tune.AUTO_MEASURE_SECONDS
+    assert p.cost.time < _choose.AUTO_MEASURE_SECONDS
 
     @jax.jit
     def traced(a, b, c):
@@ -311,7 +310,7 @@ def test_auto_measures_only_when_tuning_costs_a_tenth_of_a_call(monkeypatch):
 
     def auto(best, *others):
         measured.clear()
-        got = _tune.choose(
+        got = _choose.tuned(
             best, "auto", ops, lambda: (best, *others), _unused, lambda: "sig"
         )
         return got, bool(measured)
@@ -372,7 +371,7 @@ def test_auto_on_a_gpu_measures_every_call_long_enough_to_time(monkeypatch):
             replace(best, cost=replace(best.cost, time=seconds * (2 + k)))
             for k in range(count)
         ]
-        _tune.choose(
+        _choose.tuned(
             best, "auto", ops, lambda: (best, *others), _unused, lambda: "s", platform
         )
         return bool(measured)
@@ -387,11 +386,11 @@ def test_auto_on_a_gpu_measures_every_call_long_enough_to_time(monkeypatch):
 def test_einsum_tells_the_tuner_its_platform(monkeypatch):
     seen = []
 
-    def choose(best, tune, arrays, candidates, run, signature, platform="cpu"):
+    def tuned(best, tune, arrays, candidates, run, signature, platform="cpu"):
         seen.append(platform)
         return best
 
-    monkeypatch.setattr(_tune, "choose", choose)
+    monkeypatch.setattr(_choose, "tuned", tuned)
     monkeypatch.setattr(einslice._api, "platform", lambda: "gpu")
     einslice.einsum(CHAIN, *_chain_operands(8), tune="auto")
     assert seen == ["gpu"]

@@ -281,9 +281,12 @@ def test_map_whose_derivative_exceeds_the_limit_decodes_within_it(monkeypatch):
 
 def _compiled_derivatives(monkeypatch) -> None:
     """Marginals and MAP states take the compiled derivative, never the host's."""
+    from einslice._exec import _choose
     from einslice.pgm import _infer
 
-    monkeypatch.setattr(_infer, "host_grad_pays", lambda plan, limit: False)
+    # the rule (pgm's walks ask it through walk_pays), and pgm's name for it
+    for where in (_choose, _infer):
+        monkeypatch.setattr(where, "host_grad_pays", lambda plan, limit: False)
 
 
 def _no_compiling(monkeypatch) -> None:
@@ -596,12 +599,13 @@ def test_a_tree_search_with_its_own_settings_gives_the_same_answers(monkeypatch)
 def test_one_shot_values_run_on_the_host_and_agree_with_the_compiled_plan(
     name, evidence, monkeypatch
 ):
+    from einslice._exec import _choose
     from einslice.pgm import _infer
 
     model = read_uai(DATA / name)
     compiled = {}
     for fn in (log_partition, map_value):
-        monkeypatch.setattr(_infer, "pays_on_host", lambda plan: False)
+        monkeypatch.setattr(_choose, "pays_on_host", lambda plan: False)
         compiled[fn] = fn(model, evidence, dtype="float64")
         monkeypatch.undo()
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 import einslice
-from einslice._exec import _tune
+from einslice._exec import _choose
 from einslice._plan import _cost
 from einslice._plan._cost import Body, estimate_time, evaluate, peak_bytes
 from einslice._plan._equation import build_equation, parse_subscripts
@@ -18,7 +18,6 @@ from einslice._plan._planner import (
     make_plan,
     prepare_terms,
     rank_plans,
-    with_plain_lowerings,
 )
 from einslice._plan._profile import (
     CPU_DEFAULT,
@@ -132,12 +131,14 @@ def test_placement_is_a_planning_input_copied_into_the_plan():
 def test_plain_lowerings_only_for_unsliced_sum_plans_on_one_device():
     eq = _equation("ij,jk,kl->il", 16)
     args = (eq, 4, "float32", 2**20, "auto", "sum")
-    plain = [p.executor for p in with_plain_lowerings(rank_plans(*args, count=1), 1)]
+    plain = [
+        p.executor for p in _choose.with_other_executors(rank_plans(*args, count=1), 1)
+    ]
     assert plain == ["einslice", "xla"]
     spread = rank_plans(*args, Placement(devices=2), count=1)
-    assert [p.executor for p in with_plain_lowerings(spread, 1)] == ["einslice"]
+    assert [p.executor for p in _choose.with_other_executors(spread, 1)] == ["einslice"]
     log = rank_plans(eq, 4, "float32", 2**20, "auto", "log", count=1)
-    assert [p.executor for p in with_plain_lowerings(log, 1)] == ["einslice"]
+    assert [p.executor for p in _choose.with_other_executors(log, 1)] == ["einslice"]
 
 
 class _Named:
@@ -212,4 +213,4 @@ def test_a_tpu_gets_its_own_profile_and_the_plan_measured_faster_there():
     on_tpu = einslice.plan(seed, *shapes, memory_limit="1GB", profile=TPU_DEFAULT)
     assert on_cpu.sliced == {"k": 1}
     assert on_tpu.sliced == {"i": 4} and on_tpu.peak_bytes <= 10**9
-    assert "tpu" in _tune.GPU_PLATFORMS  # tuned as an accelerator
+    assert "tpu" in _choose.GPU_PLATFORMS  # tuned as an accelerator

@@ -27,13 +27,26 @@ import jax
 
 from .._errors import EinsliceError
 from .._plan._executors import EXECUTOR_FACTS, ExecutorFacts, executor_facts
-from .._plan._types import Plan
+from .._plan._types import HostWalk, Plan
 from ._hoist import contract_hoisted
-from ._host import COMPILE_SECONDS_PER_STEP, host_seconds, run_on_host
+from ._host import host_seconds, run_on_host
 from ._jvp import contract
 from ._plain import plain_einsum
 from ._semiring import Config
 from ._shard import place
+
+# The compiled executors' estimate of their compile (``_choose`` compares it
+# with the host walk's run): what compiling costs per step (XLA:CPU, with
+# einslice's compile options): UAI
+# "log" plans of 42-189 steps compiled in 0.6-2 s, 0.01-0.02 s a step, and
+# lattices of 99-399 steps in 0.1-9 s; UAI 2014's larger MAR models far more
+# (2026-12-05, load 2-3, lowering + compile of the forward program):
+# ObjectDetection_17 149 steps 22 s, Grids_17 175 steps 25 s, DBN_16 29 steps
+# 6.9 s, CSP_11 320 steps 10.8 s: 0.03-0.24 s a step, while their host walks
+# took 1.3-8 s (1.8-4x the estimate below) and compile + run 1.5-5x the walk.
+# At 0.01 the first two compiled (PR 37 s end to end where the walk takes 5 s,
+# MAR over 60 s); 0.03 is the low end of those four.
+COMPILE_SECONDS_PER_STEP = 0.03
 
 
 @dataclass(frozen=True)
@@ -71,7 +84,7 @@ class Executor:
         return self.facts.runs(plan)
 
 
-def compile_seconds(plan: Plan) -> float:
+def compile_seconds(plan: Plan | HostWalk) -> float:
     """The estimated compile of ``plan``'s program (`COMPILE_SECONDS_PER_STEP`)."""
     return COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
 

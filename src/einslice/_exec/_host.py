@@ -5,7 +5,7 @@ steps compiling is most of the work: Promedus_24's 50 steps compile in 0.6 s
 and run in 0.4 ms; pgmpy's whole query takes 0.01 s. Walking the same plan in
 numpy costs tens of microseconds a step and nothing up front, so for a
 one-shot value of such a plan (``einslice.pgm``'s log Z and MAP value) it is
-the faster road; `pays_on_host` says when, from the plan alone.
+the faster road; ``_choose.pays_on_host`` says when, from the plan alone.
 
 What it runs is the plan's own: the same pairwise steps, the same sliced
 indices and chunk sizes (looped in Python: numpy needs no traced loop), the
@@ -57,60 +57,6 @@ from .._plan._walk import MAX_BLOCK_ENTRIES  # the "max" product's block
 STEP_SECONDS = 40e-6
 ENTRY_SECONDS = 4e-9
 FLOP_SECONDS = 1 / 20e9
-# What compiling costs per step (XLA:CPU, with einslice's compile options): UAI
-# "log" plans of 42-189 steps compiled in 0.6-2 s, 0.01-0.02 s a step, and
-# lattices of 99-399 steps in 0.1-9 s; UAI 2014's larger MAR models far more
-# (2026-12-05, load 2-3, lowering + compile of the forward program):
-# ObjectDetection_17 149 steps 22 s, Grids_17 175 steps 25 s, DBN_16 29 steps
-# 6.9 s, CSP_11 320 steps 10.8 s: 0.03-0.24 s a step, while their host walks
-# took 1.3-8 s (1.8-4x the estimate below) and compile + run 1.5-5x the walk.
-# At 0.01 the first two compiled (PR 37 s end to end where the walk takes 5 s,
-# MAR over 60 s); 0.03 is the low end of those four.
-COMPILE_SECONDS_PER_STEP = 0.03
-
-
-def pays_on_host(plan: Plan | HostWalk) -> bool:
-    """Whether one host run of ``plan`` is estimated to beat compiling it.
-
-    Example:
-        >>> import einslice
-        >>> pays_on_host(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
-        True
-        >>> pays_on_host(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
-        False
-    """
-    if plan.devices != 1 or plan.sharded is not None:
-        return False
-    return host_seconds(plan) < COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
-
-
-# A plan of at least this many steps, called outside any trace on a CPU, runs
-# its first calls in numpy (`host_first_seconds`). Its compile is then most of
-# one call (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5
-# s, a host walk 2-260 ms). Below it the compile is short and the compiled
-# program is jnp.einsum's kind of program, bit for bit the same on every call.
-HOST_FIRST_MIN_STEPS = 16
-
-
-def host_first_seconds(plan: Plan) -> float:
-    """Seconds of host runs a top-level ``plan`` spends before it is compiled.
-
-    Ski rental: while the host runs so far have cost less than compiling is
-    estimated to (`COMPILE_SECONDS_PER_STEP` a step), the next call runs on
-    the host too; after that the plan is compiled. Zero (compile at once) for
-    a plan of fewer than `HOST_FIRST_MIN_STEPS` steps, or when one host run is
-    not estimated to beat the compile (`pays_on_host`). The caller checks the
-    call itself: outside a trace, on a CPU, default precision, a float or
-    complex result.
-
-    Example:
-        >>> import einslice
-        >>> host_first_seconds(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
-        0.0
-    """
-    if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan):
-        return 0.0
-    return COMPILE_SECONDS_PER_STEP * len(plan.steps)
 
 
 def host_seconds(plan: Plan | HostWalk) -> float:

@@ -28,8 +28,8 @@ weighted by its share of Z (a running log-sum-exp rescales the sum so
 far); for "max" the best chunk's state is kept. Plans of one device and a
 scalar output are handled; `host_value_and_grad` returns None for a "log"
 network whose scaled form could underflow (the caller then compiles).
-`host_grad_pays` is the same rule as ``_host.pays_on_host``, for the
-derivative: estimated host time below the estimated compile time.
+``_choose.host_grad_pays`` says when the host takes it: the same rule as
+``_choose.pays_on_host``, for the derivative.
 
 Example:
     >>> import einslice, numpy as np
@@ -68,18 +68,6 @@ from ._host import (
 # where the forward contracts one; with the forward's own cost, about three
 # forward walks (measured: Promedus_24 and Grids_12, 2.2-2.9x).
 GRAD_PER_FORWARD = 3.0
-# Compiling a value-and-gradient program costs several times the forward
-# program: "log" plans of UAI networks, 42-49 steps, 30-52 s on this loaded
-# machine (0.6-1 s a step), ~2-8 s when quiet (0.05-0.19 s a step);
-# ObjectDetection_30 (164 steps in a 121-chunk scan) compiled: 105 s for
-# compile and first call under load, against 38 s for its host walk; its
-# likes (ObjectDetection_42-75) took 55-59 s end to end on a quiet machine,
-# nearly all compiling (~0.3 s a step). At three times the
-# forward's 0.03 s a step (0.09) that plan was compiled: UAI 2014's 40
-# ObjectDetection models like it took 55-90 s for marginals, against 5 s for
-# those walked. 0.2 s a step: inside the measured range and below its top,
-# so that the host is still chosen only when it clearly wins.
-GRAD_COMPILE_SECONDS_PER_STEP = 0.2
 # A backward product goes to the matrix unit (``_host._step``: transposed
 # copies of both sides, then a batched matmul) only when its rows, columns and
 # contracted entries are all at least this many; otherwise one ``np.einsum``
@@ -212,27 +200,6 @@ def _max_peak_bytes(plan: Plan | HostWalk) -> int:
 def host_grad_seconds(plan: Plan | HostWalk) -> float:
     """The host cost model's time for one `host_value_and_grad` of ``plan``."""
     return GRAD_PER_FORWARD * host_seconds(plan)
-
-
-def host_grad_pays(plan: Plan | HostWalk, memory_limit: int) -> bool:
-    """Whether ``plan``'s value and gradient should be taken on the host.
-
-    When it can be (`host_grad_supported`), fits ``memory_limit``
-    (`host_grad_peak_bytes`) and is estimated to take less than compiling
-    the value-and-gradient program (``GRAD_COMPILE_SECONDS_PER_STEP`` a step).
-
-    Example:
-        >>> import einslice
-        >>> p = einslice.plan("ij,jk->", (3, 4), (4, 5), semiring="log")
-        >>> host_grad_pays(p, 2**22), host_grad_pays(p, 100)
-        (True, False)
-    """
-    return (
-        host_grad_supported(plan)
-        and host_grad_peak_bytes(plan) <= memory_limit
-        and host_grad_seconds(plan)
-        < GRAD_COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
-    )
 
 
 def host_value_and_grad(

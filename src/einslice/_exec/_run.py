@@ -17,9 +17,9 @@ from jax import core, lax
 
 from .._errors import EinsliceError
 from .._plan._types import Plan, register_runner
+from ._choose import host_first_seconds
 from ._compat import as_weak, supported_options
 from ._executors import EXECUTORS, executor_of
-from ._host import host_first_seconds
 from ._semiring import Config
 
 
@@ -147,7 +147,7 @@ class _TopLevelRun:
 
     A many-step plan on a CPU first runs in numpy (the "host" executor)
     while those runs have cost less than its compile is estimated to
-    (`_host.host_first_seconds`: a one-shot call pays no compile); then the
+    (`_choose.host_first_seconds`: a one-shot call pays no compile); then the
     compile-time program, and the optimized one from its
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).

@@ -1,30 +1,14 @@
-"""Autotuning: time the best few candidate plans on the device, keep the fastest.
+"""Measuring: time the best few candidate plans on the device, keep the fastest.
 
-``tune="estimate"`` takes the time model's first candidate. ``"measure"``
-compiles the top ``TOP_K`` candidates (and the plain ``jnp.einsum`` lowering
-of unsliced "sum" paths), rejects any whose compiled temporaries
-(``memory_analysis().temp_size_in_bytes``) exceed the memory limit, times the
-rest in interleaved rounds (median after a warm-up) and keeps the fastest;
-the choice is remembered as wisdom, which later calls of the same signature
-use instead of measuring again (as FFTW's planner uses its wisdom;
-``einslice.wisdom.clear()`` forgets it). A sliced candidate whose call is long is
-timed on a probe of a few of its chunks, scaled by its chunk count
-(``_plan/_probe.py``): the same program per chunk, a fraction of the cost.
-
-``"auto"`` uses wisdom when there is some for this signature; otherwise it
-measures when tuning is estimated to cost at most ``_AUTO_SHARE`` (10%) of
-one call (compiling each candidate ~0.3 s, timing a probe or a short
-candidate ~0.5 s; a long candidate that cannot be probed is left out, and if
-that is the estimate's own choice, "auto" estimates). With five candidates
-that is sliced calls from about 45 s on, tuned in ~4.5 s once per signature;
-shorter calls are estimated (the test suite's thousands of small calls never
-measure); ask for "measure" to tune small calls that repeat. On a GPU (or a
-TPU) timing is cheap and precise, and the time model has seen one device of
-each only (an H200, a TPU v5e), so "auto" measures every call estimated at
-``GPU_AUTO_MEASURE_SECONDS`` (1 ms) or more, spending up to
-``GPU_TUNING_SECONDS`` (or 10% of a call if more) once per signature.
-Measuring needs concrete operands: under ``jax.jit`` tracing (abstract
-operands) "measure" and "auto" fall back to wisdom, else the estimate.
+The measuring machinery of the choosing stage (``_choose.py`` decides when
+to measure). `measure` compiles the candidates, rejects any whose compiled
+temporaries (``memory_analysis().temp_size_in_bytes``) exceed the memory
+limit, times the rest in interleaved rounds (median after a warm-up) and
+keeps the fastest; the choice is remembered as wisdom (`from_wisdom` finds
+it again; ``einslice.wisdom.clear()`` forgets it), as FFTW's planner keeps
+its wisdom. A sliced candidate whose call is long is timed on a probe of a
+few of its chunks, scaled by its chunk count (``_plan/_probe.py``): the same
+program per chunk, a fraction of the cost.
 """
 
 from __future__ import annotations
@@ -37,33 +21,13 @@ from statistics import median
 
 import jax
 import jax.numpy as jnp
-from jax import core
 
-from .._errors import EinsliceError
 from .._plan import _wisdom
 from .._plan._info import candidate_label
 from .._plan._memory import format_bytes
 from .._plan._probe import probe
 from .._plan._types import Choice, Plan
 
-TUNE_MODES = ("estimate", "measure", "auto")
-TOP_K = 4
-# "auto" measures only when tuning is estimated to cost at most this share of
-# one call; below AUTO_MEASURE_SECONDS it never can (compiling the candidates
-# alone takes about a second), so shorter calls are not even considered.
-_AUTO_SHARE = 0.1
-AUTO_MEASURE_SECONDS = 10.0
-# On a GPU, "auto" measures calls estimated at this long or longer: launch
-# and timer noise (tens of us) are then a few percent of a call. It spends up
-# to GPU_TUNING_SECONDS on it (or _AUTO_SHARE of a call, if more): compiling
-# and timing five candidates takes a few seconds, once per signature.
-GPU_AUTO_MEASURE_SECONDS = 1e-3
-GPU_TUNING_SECONDS = 10.0
-# The accelerators tuned as a GPU is: a TPU too (its calls are as short and
-# its compiles as dear; a v5e ran the seed formula at n=2048 in 0.19 s).
-GPU_PLATFORMS = ("gpu", "cuda", "rocm", "tpu")
-# A guess of one candidate's compile time, for that estimate.
-_COMPILE_SECONDS = 0.3
 # A sliced candidate estimated at _TIMING_BUDGET_SECONDS or more is timed on a
 # probe of its chunks that runs about this long.
 _PROBE_SECONDS = 0.05
@@ -73,68 +37,6 @@ _ROUNDS = 15
 _TIMING_BUDGET_SECONDS = 0.5
 
 Runner = Callable[[Plan, Sequence], jax.Array]
-
-
-def check_tune(tune: object) -> str:
-    """``tune`` if it is a valid mode, else an EinsliceError saying which are."""
-    if not isinstance(tune, str) or tune not in TUNE_MODES:
-        raise EinsliceError(
-            f"tune={tune!r} is not one of {list(TUNE_MODES)}; 'estimate' trusts "
-            "the time model, 'measure' times the best candidates on the device, "
-            "'auto' uses remembered measurements or measures long calls."
-        )
-    return tune
-
-
-def choose(
-    best: Plan,
-    tune: str,
-    arrays: Sequence,
-    candidates: Callable[[], tuple[Plan, ...]],
-    run: Runner,
-    signature: Callable[[], str],
-    platform: str = "cpu",
-) -> Plan:
-    """The plan to run: ``best`` (the estimate), remembered, or measured.
-
-    Args:
-        best: the time model's first candidate.
-        tune: "estimate", "measure" or "auto".
-        arrays: the operands (arrays, or shapes-and-dtypes for ``plan``).
-        candidates: the ranked candidates (called only when needed).
-        run: runs a plan on operands, as ``Plan.__call__`` does.
-        signature: makes the wisdom key of this call (called only when needed).
-        platform: the JAX platform the plans run on ("cpu", "gpu", ...):
-            what "auto" deems worth measuring.
-    """
-    if tune == "estimate":
-        return best
-    gpu = platform in GPU_PLATFORMS
-    shortest = GPU_AUTO_MEASURE_SECONDS if gpu else AUTO_MEASURE_SECONDS
-    short = best.cost.time < shortest
-    if tune == "auto" and short and not _wisdom.has_any():
-        return best  # the common case, kept cheap: most calls are small
-    # Wisdom answers "measure" too (as FFTW's does its planner): a signature
-    # is measured once, not at every call; wisdom.clear() measures afresh.
-    if _wisdom.has_any():
-        remembered = _from_wisdom(signature(), candidates)
-        if remembered is not None:
-            return remembered
-    concrete = not any(isinstance(x, core.Tracer) for x in arrays)
-    if not concrete or (tune == "auto" and short):
-        return best
-    plans = candidates()
-    if tune == "auto":  # measure only if tuning costs under ~10% of one call
-        share = _AUTO_SHARE * best.cost.time
-        if gpu:  # or, on a GPU, a few seconds once per signature
-            share = max(share, GPU_TUNING_SECONDS)
-        plans = tuple(p for p in plans if _timing_cost(p) < share)
-        tuning = sum(_COMPILE_SECONDS + _timing_cost(p) for p in plans)
-        if any(_probed(p) for p in plans):
-            tuning += _COMPILE_SECONDS  # the probed winner, compiled whole
-        if not plans or plans[0] != best or tuning > share:
-            return best
-    return measure(plans, arrays, run, signature())
 
 
 def measure(
@@ -213,16 +115,16 @@ def _prepare_timing(plan: Plan, operands: list, run: Runner) -> _Timing:
     return _Timing(program, leading, cut.scale, note or where, probed=True)
 
 
-def _timing_cost(plan: Plan) -> float:
+def timing_cost(plan: Plan) -> float:
     """Estimated seconds that timing ``plan`` takes (compiling aside)."""
     if plan.cost.time < _TIMING_BUDGET_SECONDS:
         return _TIMING_BUDGET_SECONDS + plan.cost.time  # rounds and warm-up
-    if _probed(plan):
+    if probed(plan):
         return _TIMING_BUDGET_SECONDS + _PROBE_SECONDS
     return plan.cost.time  # its one call is the measurement
 
 
-def _probed(plan: Plan) -> bool:
+def probed(plan: Plan) -> bool:
     """Whether ``measure`` times ``plan`` on a probe of its chunks."""
     return plan.cost.time >= _TIMING_BUDGET_SECONDS and (
         probe(plan, _PROBE_SECONDS) is not None
@@ -303,7 +205,7 @@ def _entry(plan: Plan, choice: Choice) -> dict:
     }
 
 
-def _from_wisdom(
+def from_wisdom(
     signature: str, candidates: Callable[[], tuple[Plan, ...]]
 ) -> Plan | None:
     """The remembered candidate, if it is still among the ranked ones."""

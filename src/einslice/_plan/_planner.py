@@ -10,7 +10,6 @@ from math import prod
 
 from .._errors import MemoryLimitError
 from ._cost import Body, cached_cost, chunked_sizes, evaluate, naive_flops
-from ._executors import executor_facts
 from ._memory import format_bytes
 from ._order import Path, cached_steps, find_path, two_group_paths
 from ._profile import CPU_DEFAULT, Profile
@@ -593,37 +592,6 @@ def rank_plans(
         seen.add((plan.steps, plan.chunks))
         plans.append(plan)
     return tuple(plans)
-
-
-def with_plain_lowerings(
-    plans: tuple[Plan, ...], count: int, greedy: Plan | None = None
-) -> tuple[Plan, ...]:
-    """The first ``count`` plans, and plain lowerings of unsliced paths.
-
-    The plain lowering (executor ``"xla"``: one ``jnp.einsum`` along the same
-    path) is added for the best unsliced plan and for ``greedy`` (a plan along
-    opt_einsum's greedy path: with the plain lowering, the program
-    ``jnp.einsum(optimize="greedy")`` runs) where its path differs: measuring
-    then never keeps a program slower than the peer's own. Only plans that
-    executor runs get one (``_executors``: unsliced, of a semiring
-    ``jnp.einsum`` computes, two or more operands, one device).
-
-    Example:
-        >>> from einslice._plan._equation import build_equation, parse_subscripts
-        >>> eq = build_equation(parse_subscripts("ij,jk->ik", 2), ((8, 8),) * 2)
-        >>> plans = rank_plans(eq, 4, "float32", 2**20, "auto", "sum", count=1)
-        >>> [p.executor for p in with_plain_lowerings(plans, count=1)]
-        ['einslice', 'xla']
-    """
-    plain = executor_facts("xla")
-    chosen = list(plans[:count])
-    unsliced = next((p for p in plans if not p.chunks), None)
-    for plan in (unsliced, greedy):
-        if plan is None or not plain.runs(plan):
-            continue
-        if not any(c.executor == plain.name and c.path == plan.path for c in chosen):
-            chosen.append(replace(plan, executor=plain.name))
-    return tuple(chosen)
 
 
 def hoistable_steps(body: Body) -> int:

@@ -81,7 +81,7 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
             raise
         message = " ".join(str(e).split())
         if isinstance(e, einslice.MemoryLimitError):
-            from .._cli import limit_too_small
+            from .._internal import limit_too_small
 
             message = limit_too_small(e, args.memory_limit)
         print(f"einslice uai: error: {message}", file=sys.stderr)
@@ -99,7 +99,7 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
 def _solve(args: argparse.Namespace, progress: _Progress) -> str:
     import jax
 
-    from .._plan._memory import CLI_NAMING, memory_limit_bytes
+    from .._internal import CLI_NAMING, memory_limit_bytes
     from . import _infer
     from ._uai import read_evidence, read_uai
 
@@ -147,8 +147,7 @@ def _solve(args: argparse.Namespace, progress: _Progress) -> str:
 
 
 def _describe(prepared, limit: int | None) -> str:
-    from .._api import default_memory_limit
-    from .._plan._memory import format_bytes
+    from .._internal import default_memory_limit, format_bytes
 
     plan, walk = prepared.plan, prepared.walk
     tables = len(prepared.network.tables)

@@ -9,13 +9,14 @@ first simplified exactly in numpy (see ``_network.py``).
 
 log Z and the MAP value need the contraction run once: a small network's
 greedy tree is walked in numpy unplanned (`_quick_walk`), and a plan whose
-numpy walk is estimated to beat XLA's compilation of it
-(``_exec/_host.pays_on_host``; small models, whose hundreds of tiny steps
-compile in seconds and run in milliseconds) runs on the host, uncompiled.
-Marginals and MAP states need derivatives: the same holds for them
-(``_exec/_host_grad``: a numpy backward walk, or the maximizing state traced
-back, when it fits the limit and beats compiling the value-and-gradient
-program); otherwise the plan's derivative is compiled.
+numpy walk is estimated to beat XLA's compilation of it (small models,
+whose hundreds of tiny steps compile in seconds and run in milliseconds)
+runs on the host, uncompiled. Marginals and MAP states need derivatives:
+the same holds for them (a numpy backward walk, or the maximizing state
+traced back, when it fits the limit and beats compiling the
+value-and-gradient program); otherwise the plan's derivative is compiled.
+Every such decision, and the figures behind it, is the core's choosing
+stage's (``_exec/_choose.py``), reached through ``einslice._internal``.
 """
 
 from __future__ import annotations
@@ -31,20 +32,35 @@ import jax.numpy as jnp
 import numpy as np
 
 import einslice
+from einslice import (
+    EinsliceError,
+    MemoryLimitError,
+    Profile,
+    TreeSearch,
+    parse_memory_limit,
+)
 
-from .._api import default_memory_limit
-from .._errors import EinsliceError, MemoryLimitError
-from .._exec._calibrate import current_profile, host_profile
-from .._exec._host import host_seconds, pays_on_host, run_on_host
-from .._exec._host_grad import host_grad_pays, host_grad_seconds, host_value_and_grad
-from .._exec._run import compile_options
-from .._plan._equation import build_equation
-from .._plan._memory import parse_memory_limit
-from .._plan._planner import prepare_terms
-from .._plan._profile import Profile
-from .._plan._search import Found, TreeSearch, cheap, greedy_path, search_tree
-from .._plan._types import Equation, HostWalk
-from .._plan._walk import host_walk
+from .._internal import (
+    Equation,
+    Found,
+    HostWalk,
+    build_equation,
+    cheap,
+    choose,
+    compile_options,
+    current_profile,
+    default_memory_limit,
+    greedy_path,
+    host_grad_pays,
+    host_profile,
+    host_value_and_grad,
+    host_walk,
+    prepare_terms,
+    run_on_host,
+    search_tree,
+    tree_seconds,
+    walk_pays,
+)
 from ._model import Evidence, FactorGraph
 from ._network import Network, build_network, cluster_groups, merge, tree_groups
 
@@ -126,7 +142,7 @@ class _Prepared:
         """Whether `value` runs in numpy instead of compiling the plan."""
         if self.walk is not None:
             return True
-        return self.plan is not None and pays_on_host(self.plan)
+        return self.plan is not None and choose(self.plan, once=True).how == "host"
 
     @property
     def derivative_on_host(self) -> bool:
@@ -134,7 +150,7 @@ class _Prepared:
 
         A walk made for derivatives was checked when it was made (`_quick_walk`);
         a plan's host derivative must fit its limit and beat compiling it
-        (``_host_grad.host_grad_pays``).
+        (``_choose.host_grad_pays``).
         """
         if self.walk is not None:
             return True
@@ -167,7 +183,7 @@ class _Prepared:
         A `HostWalk` always runs on the host. log Z and the MAP value run the
         plan a single time, so a plan whose
         numpy walk is estimated to cost less than XLA's compilation of it
-        (`pays_on_host`: small graphical models, whose hundreds of tiny steps
+        (`on_host`: small graphical models, whose hundreds of tiny steps
         compile in seconds and run in milliseconds) is not compiled.
         """
         if self.walk is not None:
@@ -548,13 +564,12 @@ def _resolve(
             groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
             merged = merge(variant, groups)
             tree = _for_planner(found, variant, merged, path)
-            seconds = found.time * MEASURED_PER_ESTIMATED
             # A tree over the limit at its own slicing loses to any that fits
             # (Grids_15 "max": the 64-entry variant's tree, 272 MB at 256 MB,
             # had the least compile time and left the planner nothing to fit).
             over = found.peak_bytes > limit
             options.append(
-                ((over, seconds + COMPILE_SECONDS * len(groups)), merged, tree)
+                ((over, tree_seconds(found.time, len(groups))), merged, tree)
             )
             walked = profile == host_profile()  # (a device plan compiles)
             if value_only and (
@@ -595,12 +610,6 @@ AUTO_CORE_MAX_TABLES = 12
 # cost the tree dearly (CSP_11: 10^8.3 FLOPs unmerged, 10^10.1 at 64 entries):
 # each variant is searched and the best estimate of run + compile time wins.
 CLUSTER_OPTIONS = (0, 16, 64)
-# Measured seconds per estimated second (``Cost.time``) of these "log" plans
-# of small tables: the model's CPU profile counts 3e11 FLOP/s, they ran at
-# ~1e10. And what one table adds to the compile time of a "log" plan
-# (Segmentation_11: 510 tables, ~19 s).
-MEASURED_PER_ESTIMATED = 30.0
-COMPILE_SECONDS = 0.04
 
 
 def _search(
@@ -661,15 +670,15 @@ def _quick_walk(
 
     A one-shot value (log Z, the MAP value) of a small network takes less to
     walk in numpy along cotengra's greedy order than a search's least cost
-    (one trial, `cheap`), than compiling (`pays_on_host`'s rule), and than
-    making a plan: Promedus_24's 103 steps walk in ~1.5 ms, where laying out
-    and costing them took ~4 ms and pgmpy's whole query ~8 ms. Tables the
-    tree multiplies before summing anything are merged first (fewer steps).
-    The walk is taken when its memory bound fits the limit and its
-    estimated time is below both; else None (the search and the planner
-    decide). Returns the merged network and its walk. ``derivative``: the
-    same for a value and its gradient (``_host_grad``'s memory bound, time
-    and compile estimate: marginals, MAP states).
+    (one trial), than compiling, and than making a plan: Promedus_24's 103
+    steps walk in ~1.5 ms, where laying out and costing them took ~4 ms and
+    pgmpy's whole query ~8 ms. Tables the tree multiplies before summing
+    anything are merged first (fewer steps).
+    The walk is taken when the choosing stage's `walk_pays` says so (its
+    memory bound fits the limit and its estimated time is below both); else
+    None (the search and the planner decide). Returns the merged network and
+    its walk. ``derivative``: the same for a value and its gradient
+    (marginals, MAP states).
     """
     limit = (
         default_memory_limit()
@@ -684,14 +693,7 @@ def _quick_walk(
         network = merge(network, groups)
         equation = _equation(network)
     walk = host_walk(equation, tuple(map(tuple, path)), semiring, dtype.name)
-    if derivative:
-        searching_pays = not cheap(host_grad_seconds(walk), len(terms))
-        if host_grad_pays(walk, limit) and not searching_pays:
-            return network, walk
-        return None
-    fits = walk.peak_bytes <= limit
-    searching_pays = not cheap(host_seconds(walk), len(terms))
-    if fits and pays_on_host(walk) and not searching_pays:
+    if walk_pays(walk, limit, len(terms), derivative):
         return network, walk
     return None
 

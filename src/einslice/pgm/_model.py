@@ -15,7 +15,7 @@ from typing import Any, TypeAlias
 
 import numpy as np
 
-from .._errors import EinsliceError
+from einslice import EinsliceError
 
 __all__ = ["Evidence", "Factor", "FactorGraph"]
 

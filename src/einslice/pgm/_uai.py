@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._errors import EinsliceError, EinsliceFileNotFoundError
+from einslice import EinsliceError
+
+from .._internal import EinsliceFileNotFoundError
 from ._model import Factor, FactorGraph
 
 __all__ = ["parse_evidence", "parse_uai", "read_evidence", "read_uai"]

@@ -1,0 +1,432 @@
+"""The choosing stage: which plan runs, on which executor, and how that was decided.
+
+The planner ranks plans (pure data); `choose` picks one and its executor
+(``_executors.EXECUTORS``) and says how, in a `Chosen`:
+
+- ``"estimate"``: the time model's first plan, on the executor it names;
+- ``"wisdom"``, ``"measure"``: tuning (``tune=``, `tuned`) remembered or
+  timed the candidates: the ranked plans, and the best unsliced one and the
+  greedy path's on every other compiling executor that runs them
+  (`with_other_executors`); ``_tune.py`` is the measuring machinery;
+- ``"host"``: a plan run once (``once=True``) whose numpy walk is estimated
+  to beat compiling it (`pays_on_host`).
+
+Every host-vs-compile rule lives here, with the figures it uses: one value
+(`pays_on_host`), a value and its gradient (`host_grad_pays`), the first
+calls of a many-step plan (`host_first_seconds`), a graphical model's
+unplanned walk (`walk_pays`) and the run and compile time of its trees
+(`tree_seconds`). The executors estimate what they spend
+(``_executors.Estimate``: the compiled chain's ``COMPILE_SECONDS_PER_STEP``,
+the host walk's cost model in ``_host.py``); this module only compares.
+``einsum``, ``plan`` (through ``_api``) and ``einslice.pgm`` (through
+``_internal``) all choose here.
+
+Example:
+    >>> import einslice
+    >>> tiny = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
+    >>> choose(tiny, once=True).how, choose(tiny).how
+    ('host', 'estimate')
+    >>> big = einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048))
+    >>> choose(big, once=True).executor.name
+    'einslice'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from jax import core
+
+from .._errors import EinsliceError
+from .._plan import _wisdom
+from .._plan._planner import rank_plans
+from .._plan._profile import Profile
+from .._plan._search import cheap
+from .._plan._types import HostWalk, Plan
+from . import _tune
+from ._executors import EXECUTORS, Executor, compile_seconds
+from ._host import host_seconds
+from ._host_grad import host_grad_peak_bytes, host_grad_seconds, host_grad_supported
+
+TUNE_MODES = ("estimate", "measure", "auto")
+HOWS = ("estimate", "wisdom", "measure", "host")
+
+# -- the figures: what the rules below compare ------------------------------------
+
+# Compiling a value-and-gradient program costs several times the forward
+# program: "log" plans of UAI networks, 42-49 steps, 30-52 s on this loaded
+# machine (0.6-1 s a step), ~2-8 s when quiet (0.05-0.19 s a step);
+# ObjectDetection_30 (164 steps in a 121-chunk scan) compiled: 105 s for
+# compile and first call under load, against 38 s for its host walk; its
+# likes (ObjectDetection_42-75) took 55-59 s end to end on a quiet machine,
+# nearly all compiling (~0.3 s a step). At three times the
+# forward's 0.03 s a step (0.09) that plan was compiled: UAI 2014's 40
+# ObjectDetection models like it took 55-90 s for marginals, against 5 s for
+# those walked. 0.2 s a step: inside the measured range and below its top,
+# so that the host is still chosen only when it clearly wins.
+GRAD_COMPILE_SECONDS_PER_STEP = 0.2
+# A plan of at least this many steps, called outside any trace on a CPU, runs
+# its first calls in numpy (`host_first_seconds`). Its compile is then most of
+# one call (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5
+# s, a host walk 2-260 ms). Below it the compile is short and the compiled
+# program is jnp.einsum's kind of program, bit for bit the same on every call.
+HOST_FIRST_MIN_STEPS = 16
+# Tuning's guess of one candidate's compile, for "auto"'s estimate of what
+# tuning costs. A different quantity from the executors' per-step figure
+# (``_executors.COMPILE_SECONDS_PER_STEP``, 0.03 s a step): that one is the
+# low end of the compiles of many-step plans of tiny steps (graphical models)
+# and errs towards the host walk; this one is a flat, conservative figure for
+# the candidates of calls estimated at 10 s or more, whose steps are few and
+# large, and errs towards not measuring.
+CANDIDATE_COMPILE_SECONDS = 0.3
+# Graphical models' trees (``pgm``'s choice among merged variants): measured
+# seconds per estimated second (``Cost.time``) of these "log" plans of small
+# tables: the model's CPU profile counts 3e11 FLOP/s, they ran at ~1e10. And
+# what one table adds to the compile time of a "log" plan (Segmentation_11:
+# 510 tables, ~19 s).
+MEASURED_PER_ESTIMATED = 30.0
+COMPILE_SECONDS_PER_TABLE = 0.04
+
+# Tuning ("auto"): the best TOP_K candidates are measured, only when tuning is
+# estimated to cost at most _AUTO_SHARE of one call; below AUTO_MEASURE_SECONDS
+# it never can (compiling the candidates alone takes about a second), so
+# shorter calls are not even considered.
+TOP_K = 4
+_AUTO_SHARE = 0.1
+AUTO_MEASURE_SECONDS = 10.0
+# On a GPU, "auto" measures calls estimated at this long or longer: launch
+# and timer noise (tens of us) are then a few percent of a call. It spends up
+# to GPU_TUNING_SECONDS on it (or _AUTO_SHARE of a call, if more): compiling
+# and timing five candidates takes a few seconds, once per signature.
+GPU_AUTO_MEASURE_SECONDS = 1e-3
+GPU_TUNING_SECONDS = 10.0
+# The accelerators tuned as a GPU is: a TPU too (its calls are as short and
+# its compiles as dear; a v5e ran the seed formula at n=2048 in 0.19 s).
+GPU_PLATFORMS = ("gpu", "cuda", "rocm", "tpu")
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen:
+    """What the choosing stage returns: a plan, its executor, and how.
+
+    ``how`` is one of `HOWS`: "estimate", "wisdom", "measure" or "host".
+    (A tuned plan also carries its measurements, ``plan.choice``.)
+    """
+
+    plan: Plan
+    executor: Executor
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """What tuning needs beyond the plan: the call's operands and options.
+
+    Attributes:
+        arrays: the operands (arrays, or shapes-and-dtypes for ``plan``).
+        optimize: the planner's key for ``optimize=``.
+        profile: the profile the plans were made for.
+        run: runs a plan on operands, as ``Plan.__call__`` does.
+        precision: the call's precision (part of the wisdom key).
+        limit_key: stands for the memory limit in the wisdom key.
+        gradient: whether the plans were made to fit their derivative.
+        platform: the JAX platform ("cpu", "gpu", ...).
+    """
+
+    arrays: Sequence
+    optimize: object
+    profile: Profile
+    run: _tune.Runner
+    precision: object = None
+    limit_key: object = None
+    gradient: bool = False
+    platform: str = "cpu"
+
+
+def choose(
+    best: Plan, tune: str = "estimate", tuning: Tuning | None = None, once: bool = False
+) -> Chosen:
+    """The plan to run, its executor and how it was chosen.
+
+    Args:
+        best: the planner's first plan.
+        tune: "estimate", "measure" or "auto" (see `tuned`); measuring needs
+            ``tuning``.
+        tuning: the call's operands and options, for measuring.
+        once: the plan runs a single time, outside any trace: the host walk
+            is chosen when it is estimated to beat compiling (`pays_on_host`).
+    """
+    host = EXECUTORS["host"]
+    if once and host.runs(best) and pays_on_host(best):
+        return Chosen(best, host, "host")
+    plan = best
+    if tune != "estimate" and tuning is not None:
+        plan = tuned(
+            best,
+            tune,
+            tuning.arrays,
+            lambda: candidates(best, tuning),
+            tuning.run,
+            lambda: _tune.signature(
+                best,
+                tuning.optimize,
+                tuning.profile.device_kind,
+                tuning.precision,
+                tuning.limit_key,
+            ),
+            tuning.platform,
+        )
+    how = "estimate" if plan.choice is None else plan.choice.how
+    return Chosen(plan, EXECUTORS[plan.executor], how)
+
+
+def check_tune(tune: object) -> str:
+    """``tune`` if it is a valid mode, else an EinsliceError saying which are."""
+    if not isinstance(tune, str) or tune not in TUNE_MODES:
+        raise EinsliceError(
+            f"tune={tune!r} is not one of {list(TUNE_MODES)}; 'estimate' trusts "
+            "the time model, 'measure' times the best candidates on the device, "
+            "'auto' uses remembered measurements or measures long calls."
+        )
+    return tune
+
+
+# -- host or compile ------------------------------------------------------------------
+
+
+def pays_on_host(plan: Plan | HostWalk) -> bool:
+    """Whether one host run of ``plan`` is estimated to beat compiling it.
+
+    Example:
+        >>> import einslice
+        >>> pays_on_host(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
+        True
+        >>> pays_on_host(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
+        False
+    """
+    if plan.devices != 1 or plan.sharded is not None:
+        return False
+    return host_seconds(plan) < compile_seconds(plan)
+
+
+def host_first_seconds(plan: Plan) -> float:
+    """Seconds of host runs a top-level ``plan`` spends before it is compiled.
+
+    Ski rental: while the host runs so far have cost less than compiling is
+    estimated to (`compile_seconds`), the next call runs on the host too;
+    after that the plan is compiled. Zero (compile at once) for a plan of
+    fewer than `HOST_FIRST_MIN_STEPS` steps, or when one host run is not
+    estimated to beat the compile (`pays_on_host`). The caller
+    (``_run._TopLevelRun``) checks the call itself: outside a trace, on a
+    CPU, default precision, a float or complex result.
+
+    Example:
+        >>> import einslice
+        >>> host_first_seconds(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
+        0.0
+    """
+    if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan):
+        return 0.0
+    return compile_seconds(plan)
+
+
+def host_grad_pays(plan: Plan | HostWalk, memory_limit: int) -> bool:
+    """Whether ``plan``'s value and gradient should be taken on the host.
+
+    When it can be (``_host_grad.host_grad_supported``), fits
+    ``memory_limit`` (``host_grad_peak_bytes``) and is estimated to take less
+    than compiling the value-and-gradient program
+    (`GRAD_COMPILE_SECONDS_PER_STEP` a step).
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->", (3, 4), (4, 5), semiring="log")
+        >>> host_grad_pays(p, 2**22), host_grad_pays(p, 100)
+        (True, False)
+    """
+    return (
+        host_grad_supported(plan)
+        and host_grad_peak_bytes(plan) <= memory_limit
+        and host_grad_seconds(plan)
+        < GRAD_COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
+    )
+
+
+def walk_pays(
+    walk: HostWalk, memory_limit: int, operands: int, derivative: bool = False
+) -> bool:
+    """Whether an unplanned host walk beats searching, planning and compiling.
+
+    ``einslice.pgm``'s rule for a small network's greedy tree: its walk is
+    taken when it fits ``memory_limit``, beats compiling (`pays_on_host`, or
+    `host_grad_pays` for a value and its gradient) and is too cheap for a
+    tree search over ``operands`` tables to pay (``_search.cheap``: less
+    than a trial).
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> from einslice._plan._walk import host_walk
+        >>> eq = build_equation(parse_subscripts("ij,jk->", 2), ((2, 3), (3, 4)))
+        >>> w = host_walk(eq, ((0, 1),), "log", "float64")
+        >>> walk_pays(w, 2**20, 2), walk_pays(w, 8, 2)  # fits, does not fit
+        (True, False)
+    """
+    if derivative:
+        return host_grad_pays(walk, memory_limit) and cheap(
+            host_grad_seconds(walk), operands
+        )
+    return (
+        walk.peak_bytes <= memory_limit
+        and pays_on_host(walk)
+        and cheap(host_seconds(walk), operands)
+    )
+
+
+def tree_seconds(estimated_seconds: float, tables: int) -> float:
+    """A graphical model's tree: its run (the model's seconds, measured) and compile.
+
+    Example:
+        >>> tree_seconds(0.01, 10)
+        0.7
+    """
+    return (
+        estimated_seconds * MEASURED_PER_ESTIMATED + COMPILE_SECONDS_PER_TABLE * tables
+    )
+
+
+# -- tuning: estimate, wisdom or measure ----------------------------------------------
+
+
+def tuned(
+    best: Plan,
+    tune: str,
+    arrays: Sequence,
+    ranked: Callable[[], tuple[Plan, ...]],
+    run: _tune.Runner,
+    signature: Callable[[], str],
+    platform: str = "cpu",
+) -> Plan:
+    """The plan to run: ``best`` (the estimate), remembered, or measured.
+
+    ``"estimate"`` takes ``best``. ``"measure"`` compiles and times the
+    candidates (``_tune.measure``) and remembers the fastest as wisdom, which
+    later calls of the same signature use instead of measuring again.
+    ``"auto"`` uses wisdom when there is some for this signature; otherwise
+    it measures when tuning is estimated to cost at most ``_AUTO_SHARE``
+    (10%) of one call (compiling each candidate `CANDIDATE_COMPILE_SECONDS`,
+    timing a probe or a short candidate ~0.5 s; a long candidate that cannot
+    be probed is left out, and if that is the estimate's own choice, "auto"
+    estimates). With five candidates that is sliced calls from about 45 s
+    on; shorter calls are estimated. On a GPU (or a TPU) timing is cheap and
+    precise, so "auto" measures every call estimated at
+    ``GPU_AUTO_MEASURE_SECONDS`` (1 ms) or more, spending up to
+    ``GPU_TUNING_SECONDS`` (or 10% of a call if more) once per signature.
+    Under ``jax.jit`` tracing (abstract operands) "measure" and "auto" fall
+    back to wisdom, else the estimate.
+
+    Args:
+        best: the time model's first candidate.
+        tune: "estimate", "measure" or "auto".
+        arrays: the operands (arrays, or shapes-and-dtypes for ``plan``).
+        ranked: the candidates (called only when needed; `candidates`).
+        run: runs a plan on operands, as ``Plan.__call__`` does.
+        signature: makes the wisdom key of this call (called only when needed).
+        platform: the JAX platform the plans run on ("cpu", "gpu", ...):
+            what "auto" deems worth measuring.
+    """
+    if tune == "estimate":
+        return best
+    gpu = platform in GPU_PLATFORMS
+    shortest = GPU_AUTO_MEASURE_SECONDS if gpu else AUTO_MEASURE_SECONDS
+    short = best.cost.time < shortest
+    if tune == "auto" and short and not _wisdom.has_any():
+        return best  # the common case, kept cheap: most calls are small
+    # Wisdom answers "measure" too (as FFTW's does its planner): a signature
+    # is measured once, not at every call; wisdom.clear() measures afresh.
+    if _wisdom.has_any():
+        remembered = _tune.from_wisdom(signature(), ranked)
+        if remembered is not None:
+            return remembered
+    concrete = not any(isinstance(x, core.Tracer) for x in arrays)
+    if not concrete or (tune == "auto" and short):
+        return best
+    plans = ranked()
+    if tune == "auto":  # measure only if tuning costs under ~10% of one call
+        share = _AUTO_SHARE * best.cost.time
+        if gpu:  # or, on a GPU, a few seconds once per signature
+            share = max(share, GPU_TUNING_SECONDS)
+        plans = tuple(p for p in plans if _tune.timing_cost(p) < share)
+        tuning = sum(CANDIDATE_COMPILE_SECONDS + _tune.timing_cost(p) for p in plans)
+        if any(_tune.probed(p) for p in plans):
+            tuning += CANDIDATE_COMPILE_SECONDS  # the probed winner, compiled whole
+        if not plans or plans[0] != best or tuning > share:
+            return best
+    return _tune.measure(plans, arrays, run, signature())
+
+
+def candidates(best: Plan, tuning: Tuning) -> tuple[Plan, ...]:
+    """What tuning measures: the planner's best `TOP_K`, and other executors'.
+
+    The greedy path's plan (opt_einsum's, ``jnp.einsum``'s default) is
+    offered to the other executors too, when the caller left ``optimize`` at
+    "auto" (a path or strategy the caller chose is not second-guessed).
+    """
+    args = (best.equation, best.itemsize, best.dtype, best.memory_limit)
+    ranked = rank_plans(
+        *args,
+        tuning.optimize,
+        best.semiring,
+        profile=tuning.profile,
+        count=TOP_K,
+        gradient=tuning.gradient,
+    )
+    greedy = None
+    if tuning.optimize == "auto":
+        try:
+            greedy = rank_plans(
+                *args,
+                "greedy",
+                best.semiring,
+                profile=tuning.profile,
+                count=1,
+                gradient=tuning.gradient,
+            )[0]
+        except EinsliceError:  # MemoryLimitError: greedy's path needs more
+            greedy = None
+    return with_other_executors(ranked, TOP_K, greedy)
+
+
+def with_other_executors(
+    plans: tuple[Plan, ...], count: int, greedy: Plan | None = None
+) -> tuple[Plan, ...]:
+    """The first ``count`` plans, and the best unsliced one on other executors.
+
+    Every other executor that compiles and runs a plan (``Executor.runs``:
+    today the plain ``jnp.einsum`` lowering, executor ``"xla"``, for
+    unsliced plans of a semiring it computes, two or more operands, one
+    device) is offered the best unsliced plan and ``greedy`` (a plan along
+    opt_einsum's greedy path: with the plain lowering, the program
+    ``jnp.einsum(optimize="greedy")`` runs) where its path differs: measuring
+    then never keeps a program slower than the peer's own.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (8, 8), (8, 8))
+        >>> [q.executor for q in with_other_executors((p,), count=1)]
+        ['einslice', 'xla']
+    """
+    chosen = list(plans[:count])
+    unsliced = next((p for p in plans if not p.chunks), None)
+    for plan in (unsliced, greedy):
+        if plan is None:
+            continue
+        for executor in EXECUTORS.values():
+            other = executor.compiles and executor.name != plan.executor
+            if not other or not executor.runs(plan):
+                continue
+            if not any(
+                c.executor == executor.name and c.path == plan.path for c in chosen
+            ):
+                chosen.append(replace(plan, executor=executor.name))
+    return tuple(chosen)

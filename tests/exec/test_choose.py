@@ -1,0 +1,112 @@
+"""The choosing stage: which plan, which executor, and how it was chosen."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import einslice
+from einslice._exec import _choose
+from einslice._exec._executors import EXECUTORS, compile_seconds
+from einslice._exec._run import Config, _run
+from einslice._plan._profile import CPU_DEFAULT
+
+CHAIN = "ij,jk,kl->il"
+
+
+def test_a_tiny_plan_run_once_is_walked_on_the_host():
+    tiny = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
+    assert _choose.pays_on_host(tiny)
+    chosen = _choose.choose(tiny, once=True)
+    assert (chosen.how, chosen.executor.name) == ("host", "host")
+    assert chosen.plan is tiny and not chosen.executor.compiles
+    # run many times (the default), the same plan compiles
+    many = _choose.choose(tiny)
+    assert (many.how, many.executor.name) == ("estimate", "einslice")
+
+
+def test_a_large_plan_compiles_even_once():
+    large = einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048))
+    assert not _choose.pays_on_host(large)
+    chosen = _choose.choose(large, once=True)
+    assert (chosen.how, chosen.executor.name) == ("estimate", "einslice")
+    assert chosen.executor.compiles
+
+
+def test_the_host_is_chosen_only_for_plans_it_runs():
+    # tiny, so the walk would pay, but numpy's integer arithmetic is not XLA's
+    ints = einslice.plan("ij,jk->ik", (2, 2), (2, 2), dtype="int32")
+    assert _choose.pays_on_host(ints) and not EXECUTORS["host"].runs(ints)
+    assert _choose.choose(ints, once=True).how == "estimate"
+
+
+def _tuning(ops) -> _choose.Tuning:
+    return _choose.Tuning(
+        ops, "auto", CPU_DEFAULT, lambda plan, xs: _run(plan, Config(), *xs)
+    )
+
+
+def test_the_record_says_measured_then_remembered():
+    rng = np.random.default_rng(0)
+    ops = [rng.standard_normal((16, 16)) for _ in range(3)]
+    best = einslice.plan(CHAIN, *ops, profile=CPU_DEFAULT)
+    # a short call: "auto" trusts the estimate
+    assert _choose.choose(best, "auto", _tuning(ops)).how == "estimate"
+    measured = _choose.choose(best, "measure", _tuning(ops))
+    assert measured.how == "measure" and measured.plan.choice is not None
+    assert measured.executor is EXECUTORS[measured.plan.executor]
+    labels = measured.plan.choice.labels
+    assert any("via jnp.einsum" in label for label in labels)  # "xla" offered
+    again = _choose.choose(best, "measure", _tuning(ops))
+    assert again.how == "wisdom" and again.plan == measured.plan
+
+
+def test_other_executors_are_offered_where_the_registry_says_they_run(monkeypatch):
+    p = einslice.plan(CHAIN, (8, 8), (8, 8), (8, 8))
+    offered = _choose.with_other_executors((p,), count=1)
+    assert [q.executor for q in offered] == ["einslice", "xla"]
+    assert offered[1].path == p.path
+    # an executor that does not run the plan is not offered it
+    xla = EXECUTORS["xla"]
+    never = replace(xla, facts=replace(xla.facts, runs=lambda plan: False))
+    monkeypatch.setitem(EXECUTORS, "xla", never)
+    assert [q.executor for q in _choose.with_other_executors((p,), 1)] == ["einslice"]
+
+
+def test_many_step_plans_run_their_first_calls_on_the_host():
+    n = _choose.HOST_FIRST_MIN_STEPS + 1  # operands: as many steps less one
+    shapes = [(2, 2)] * (n + 1)
+    subscripts = ",".join(f"{chr(97 + k)}{chr(98 + k)}" for k in range(n + 1))
+    long = einslice.plan(subscripts + f"->a{chr(98 + n)}", *shapes, optimize="greedy")
+    assert len(long.steps) >= _choose.HOST_FIRST_MIN_STEPS
+    assert _choose.host_first_seconds(long) == compile_seconds(long) > 0
+    short = einslice.plan(CHAIN, (2, 2), (2, 2), (2, 2))
+    assert _choose.pays_on_host(short) and _choose.host_first_seconds(short) == 0.0
+
+
+def test_a_derivative_may_be_walked_where_its_value_would_compile():
+    # Compiling the value-and-gradient program costs ~7x the forward's a step
+    # (GRAD_COMPILE_SECONDS_PER_STEP), the backward walk ~3x the forward's.
+    p = einslice.plan("ij,jk,ki->", *[(1024, 1024)] * 3, semiring="log")
+    assert not _choose.pays_on_host(p) and _choose.host_grad_pays(p, 2**40)
+    assert not _choose.host_grad_pays(p, 2**20)  # over the limit
+    n = 2048
+    large = einslice.plan("ij,jk,ki->", *[(n, n)] * 3, semiring="log")
+    assert not _choose.host_grad_pays(large, 2**40)
+
+
+@pytest.mark.parametrize("tables", [1, 100])
+def test_a_trees_time_counts_its_run_as_measured_and_each_tables_compile(tables):
+    base = _choose.tree_seconds(0.0, tables)
+    assert base == pytest.approx(_choose.COMPILE_SECONDS_PER_TABLE * tables)
+    assert _choose.tree_seconds(1.0, tables) - base == pytest.approx(
+        _choose.MEASURED_PER_ESTIMATED
+    )
+
+
+def test_check_tune_names_the_modes():
+    assert _choose.check_tune("auto") == "auto"
+    with pytest.raises(einslice.EinsliceError, match="'estimate'"):
+        _choose.check_tune("fast")
