@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from numpy.typing import DTypeLike
 
 import einslice
+from einslice._plan._request import PlanRequest
 
 LETTERS = "abcdefghij"
 """Index names the random equations draw from (up to 10 distinct indices)."""
@@ -392,3 +393,16 @@ def assert_close_to_einsum(actual, eq: Equation, operands, rtol: float = 1e-10):
         f"{eq.subscripts} {eq.shapes}: max error {err.max()} "
         f"(bound {bound.max() if bound.size else 0})"
     )
+
+
+def request_of(plan: einslice.Plan, **changes) -> PlanRequest:
+    """A request that makes ``plan`` again (``changes``: fields to differ)."""
+    fields = {
+        "semiring": plan.semiring,
+        "placement": plan.placement,
+        "profile": plan.profile,
+        "precision": plan.precision,
+        **changes,
+    }
+    limit = plan.memory_limit
+    return PlanRequest(plan.equation, plan.itemsize, plan.dtype, limit, **fields)

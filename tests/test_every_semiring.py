@@ -29,13 +29,13 @@ import numpy as np
 import pytest
 
 import einslice
-from einslice._exec._choose import with_other_executors
 from einslice._exec._executors import EXECUTORS as REGISTERED
 from einslice._exec._host import HOST_RULES, run_on_host
 from einslice._exec._semiring import RULES
+from einslice._plan._planner import with_other_executors
 from einslice._plan._semiring import SEMIRINGS, Semiring
 from einslice._plan._types import Plan
-from strategies import Equation, feasible_plan, materialized_reduce
+from strategies import Equation, feasible_plan, materialized_reduce, request_of
 
 # (formula, shapes): a product, the seed formula, diagonals and private
 # indices (pre-reduced), and an elementwise step that contracts nothing.
@@ -151,7 +151,7 @@ def test_the_seed_formula_is_sliced_at_the_tight_limit():
 @pytest.mark.parametrize("ring", list(SEMIRINGS.values()), ids=list(SEMIRINGS))
 def test_only_semirings_jnp_einsum_computes_get_the_plain_lowering(ring):
     plan = einslice.plan("ij,jk->ik", (4, 4), (4, 4), semiring=ring.name)
-    executors = [p.executor for p in with_other_executors((plan,), count=1)]
+    executors = [p.executor for p in with_other_executors(request_of(plan), count=1)]
     assert ("xla" in executors) == ring.jnp_einsum
 
 

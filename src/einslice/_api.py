@@ -5,7 +5,6 @@ from __future__ import annotations
 import inspect
 import os
 from collections.abc import Callable
-from dataclasses import replace
 from functools import cache, partial
 from typing import cast
 
@@ -37,6 +36,8 @@ from ._plan._memory import format_bytes, parse_memory_limit
 from ._plan._order import optimize_key
 from ._plan._planner import make_plan
 from ._plan._profile import Profile, figures_problem
+from ._plan._request import PlanRequest
+from ._plan._search import Found
 from ._plan._semiring import Semiring, semiring_named
 from ._plan._types import Placement, Plan
 
@@ -260,12 +261,7 @@ def plan(
         >>> p.flops
         524288
     """
-    if isinstance(subscripts, str):
-        items = list(operands)
-        spec = parse_subscripts(subscripts, len(items))
-    else:
-        items, spec = parse_interleaved([subscripts, *operands])
-    arrays = [_as_struct(x, dtype, k) for k, x in enumerate(items)]
+    arrays, spec = _structs(subscripts, operands, dtype)
     target = _target(devices, mesh, mesh_axis)
     return _plan(
         spec,
@@ -280,6 +276,53 @@ def plan(
         precision=precision,
         gradient=gradient,
     )
+
+
+def plan_with_tree(
+    subscripts,
+    /,
+    *operands,
+    tree: Found | None,
+    memory_limit: int | str | None = None,
+    optimize: object = "auto",
+    semiring: str = "sum",
+    dtype=None,
+    profile: Profile | None = None,
+    gradient: bool = False,
+) -> Plan:
+    """`plan` (one device, estimated) along a contraction tree searched already.
+
+    ``einslice.pgm`` searches its merged networks itself (``search_tree``)
+    and passes the tree found here (``einslice._internal``): it becomes the
+    request's ``tree``, not a value of ``optimize``. None: as `plan`.
+
+    Example:
+        >>> p = plan_with_tree("ij,jk->ik", (4, 5), (5, 6), tree=None)
+        >>> p.path
+        ((0, 1),)
+    """
+    arrays, spec = _structs(subscripts, operands, dtype)
+    return _plan(
+        spec,
+        arrays,
+        memory_limit,
+        optimize,
+        semiring,
+        None,
+        profile=profile,
+        gradient=gradient,
+        tree=tree,
+    )
+
+
+def _structs(subscripts, operands, dtype) -> tuple[list, Spec]:
+    """`plan`'s operands (arrays, shape-dtype structs or shapes) and spec."""
+    if isinstance(subscripts, str):
+        items = list(operands)
+        spec = parse_subscripts(subscripts, len(items))
+    else:
+        items, spec = parse_interleaved([subscripts, *operands])
+    return [_as_struct(x, dtype, k) for k, x in enumerate(items)], spec
 
 
 def _target(devices, mesh, mesh_axis) -> Target | None:
@@ -436,8 +479,17 @@ def _plan(
     profile: Profile | None = None,
     precision=None,
     gradient: bool = False,
+    tree: Found | None = None,
 ) -> Plan:
     """Plan for these operands (arrays or ShapeDtypeStructs) and devices.
+
+    The call's options are resolved here, once, into a `PlanRequest` (the
+    memory limit parsed or defaulted, less the operands' promotion copies;
+    the profile at the call's precision); the planner makes the plan from
+    it, and the choosing stage may pick another of its ranked plans
+    (``tune=``). ``tree``: a contraction tree searched already
+    (``einslice.pgm``'s), taken instead of searching; a ``Found`` passed as
+    ``optimize`` is taken so too.
 
     Operands already split along one index (summed or output) over a mesh
     axis are used in place (``_shard.in_place``): the plan is then the
@@ -457,14 +509,11 @@ def _plan(
         else parse_memory_limit(memory_limit)
     )
     (devices, mesh, mesh_axis), sharded = in_place(equation, arrays, target)
-    placement = Placement(devices, mesh, mesh_axis, sharded)
+    if isinstance(optimize, Found):  # how pgm passed its trees before `tree`
+        tree, optimize = optimize, "auto"
     key = optimize_key(optimize)
-    # Plans are cached on every argument; an unhashable optimizer object
-    # (rare: most are hashable by identity) is planned afresh each call.
-    planner = make_plan if _hashable(key) else make_plan.__wrapped__
     tune = _choose.check_tune(tune)
     profile = current_profile() if profile is None else _checked_profile(profile)
-    profile = profile.for_precision(_effective_precision(precision))
     if not isinstance(gradient, bool):
         raise EinsliceError(
             f"gradient={gradient!r} is not True or False; pass True when "
@@ -473,30 +522,36 @@ def _plan(
     # Operands of another dtype are copied in the result's before the plan
     # runs: those copies are temporaries too, so the steps get what is left.
     cast = _cast_bytes(arrays, dtype)
+    request = PlanRequest(
+        equation,
+        itemsize,
+        dtype.name,
+        max(limit - cast, 1),  # 1: the error then says what the steps need
+        key,
+        semiring,
+        Placement(devices, mesh, mesh_axis, sharded),
+        profile.for_precision(_effective_precision(precision)),
+        gradient,
+        tree,
+        cast,
+        precision,
+    )
+    # Plans are cached on the request; an unhashable optimizer object or
+    # precision (rare: most are hashable) is planned afresh each call.
+    cached = _hashable(request)
+    planner = make_plan if cached else make_plan.__wrapped__
     try:
-        p = planner(
-            equation,
-            itemsize,
-            dtype.name,
-            max(limit - cast, 1),  # 1: the error then says what the steps need
-            key,
-            semiring,
-            placement,
-            profile=profile,
-            gradient=gradient,
-        )
+        p = planner(request)
     except MemoryLimitError as error:
         if not cast:
             raise
         raise _cast_limit_error(error, limit, cast, dtype) from None
-    if placement.single and planner is make_plan:
+    if request.placement.single and cached and tune != "estimate":
         # wisdom for the default limit is kept as "default": the limit itself
         # depends on the free memory, which differs from one process to the next
         limit_key = "default" if memory_limit is None else limit
-        config = Config(precision, pet)
-        p = _tuned(p, arrays, tune, key, profile, config, limit_key, gradient)
-    p = _with_casts(p, cast, limit)
-    return replace(p, precision=precision, profile=profile)
+        p = _tuned(p, request, arrays, tune, limit_key, pet)
+    return p
 
 
 def _effective_precision(precision):
@@ -531,24 +586,6 @@ def _cast_limit_error(
     )
 
 
-def _with_casts(p: Plan, cast: int, limit: int) -> Plan:
-    """``p`` (planned within ``limit - cast``) as it runs: with the copies.
-
-    The derivative pass holds each copied operand's tangent too.
-    """
-    if not cast:
-        return p
-    return replace(
-        p,
-        memory_limit=limit,
-        cost=replace(p.cost, peak_bytes=p.cost.peak_bytes + cast),
-        tangent_cost=replace(
-            p.tangent_cost, peak_bytes=p.tangent_cost.peak_bytes + 2 * cast
-        ),
-        gradient_limit=p.gradient_limit + 2 * cast,
-    )
-
-
 def _checked_profile(profile: object) -> Profile:
     """``profile`` if the planner can use it; else an error naming what is wrong."""
     problem = figures_problem(profile)
@@ -563,26 +600,15 @@ def _checked_profile(profile: object) -> Profile:
 
 
 def _tuned(
-    p: Plan,
-    arrays,
-    tune: str,
-    key: object,
-    profile: Profile,
-    config: Config,
-    limit_key: object,
-    gradient: bool = False,
+    p: Plan, request: PlanRequest, arrays, tune: str, limit_key: object, pet
 ) -> Plan:
     """``p``, or the candidate that tuning picks (see ``_exec/_choose.py``)."""
-    if tune == "estimate":
-        return p
+    config = Config(request.precision, pet)
     tuning = _choose.Tuning(
         arrays,
-        key,
-        profile,
+        request,
         run=lambda plan, ops: _run(plan, config, *ops),
-        precision=config.precision,
         limit_key=limit_key,
-        gradient=gradient,
         platform=platform(),
     )
     return _choose.choose(p, tune, tuning).plan

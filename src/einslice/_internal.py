@@ -4,7 +4,8 @@
 modules only (``tests/pgm/test_imports.py`` checks); everything it needs of
 the private layers is named here, so that they can change behind it. Its
 host-vs-compile decisions are the choosing stage's (``_exec/_choose.py``):
-`choose`, `host_grad_pays`, `walk_pays`, `tree_seconds`.
+`choose`, `host_grad_pays`, `walk_pays`, `tree_seconds`. Its searched trees
+reach the planner through `plan_with_tree` (the request's ``tree``).
 
 Example:
     >>> import einslice
@@ -12,7 +13,7 @@ Example:
     'host'
 """
 
-from ._api import default_memory_limit
+from ._api import default_memory_limit, plan_with_tree
 from ._cli import limit_too_small
 from ._errors import EinsliceFileNotFoundError
 from ._exec._calibrate import current_profile, host_profile
@@ -48,6 +49,7 @@ __all__ = [
     "host_walk",
     "limit_too_small",
     "memory_limit_bytes",
+    "plan_with_tree",
     "prepare_terms",
     "run_on_host",
     "search_tree",

@@ -11,7 +11,10 @@ import einslice
 from einslice._exec import _choose
 from einslice._exec._executors import EXECUTORS, compile_seconds
 from einslice._exec._run import Config, _run
+from einslice._plan._executors import EXECUTOR_FACTS
+from einslice._plan._planner import with_other_executors
 from einslice._plan._profile import CPU_DEFAULT
+from strategies import request_of
 
 CHAIN = "ij,jk,kl->il"
 
@@ -42,10 +45,9 @@ def test_the_host_is_chosen_only_for_plans_it_runs():
     assert _choose.choose(ints, once=True).how == "estimate"
 
 
-def _tuning(ops) -> _choose.Tuning:
-    return _choose.Tuning(
-        ops, "auto", CPU_DEFAULT, lambda plan, xs: _run(plan, Config(), *xs)
-    )
+def _tuning(best, ops) -> _choose.Tuning:
+    run = lambda plan, xs: _run(plan, Config(), *xs)  # noqa: E731
+    return _choose.Tuning(ops, request_of(best), run)
 
 
 def test_the_record_says_measured_then_remembered():
@@ -53,26 +55,26 @@ def test_the_record_says_measured_then_remembered():
     ops = [rng.standard_normal((16, 16)) for _ in range(3)]
     best = einslice.plan(CHAIN, *ops, profile=CPU_DEFAULT)
     # a short call: "auto" trusts the estimate
-    assert _choose.choose(best, "auto", _tuning(ops)).how == "estimate"
-    measured = _choose.choose(best, "measure", _tuning(ops))
+    assert _choose.choose(best, "auto", _tuning(best, ops)).how == "estimate"
+    measured = _choose.choose(best, "measure", _tuning(best, ops))
     assert measured.how == "measure" and measured.plan.choice is not None
     assert measured.executor is EXECUTORS[measured.plan.executor]
     labels = measured.plan.choice.labels
     assert any("via jnp.einsum" in label for label in labels)  # "xla" offered
-    again = _choose.choose(best, "measure", _tuning(ops))
+    again = _choose.choose(best, "measure", _tuning(best, ops))
     assert again.how == "wisdom" and again.plan == measured.plan
 
 
 def test_other_executors_are_offered_where_the_registry_says_they_run(monkeypatch):
     p = einslice.plan(CHAIN, (8, 8), (8, 8), (8, 8))
-    offered = _choose.with_other_executors((p,), count=1)
+    offered = with_other_executors(request_of(p), count=1)
     assert [q.executor for q in offered] == ["einslice", "xla"]
     assert offered[1].path == p.path
     # an executor that does not run the plan is not offered it
-    xla = EXECUTORS["xla"]
-    never = replace(xla, facts=replace(xla.facts, runs=lambda plan: False))
-    monkeypatch.setitem(EXECUTORS, "xla", never)
-    assert [q.executor for q in _choose.with_other_executors((p,), 1)] == ["einslice"]
+    never = replace(EXECUTOR_FACTS["xla"], runs=lambda plan: False)
+    monkeypatch.setitem(EXECUTOR_FACTS, "xla", never)
+    offered = with_other_executors(request_of(p), 1)
+    assert [q.executor for q in offered] == ["einslice"]
 
 
 def test_many_step_plans_run_their_first_calls_on_the_host():

@@ -15,11 +15,13 @@ from hypothesis import given, settings
 import einslice
 from einslice._exec import _calibrate, _choose, _tune
 from einslice._plan import _wisdom
+from einslice._plan._planner import with_other_executors
 from einslice._plan._profile import CPU_DEFAULT
 from strategies import (
     assert_close_to_einsum,
     limit_from_fraction,
     random_operands,
+    request_of,
     seeds,
     sliceable_equations,
 )
@@ -108,13 +110,15 @@ def test_jnp_einsums_own_greedy_program_is_a_candidate_when_its_path_differs():
     ours = einslice.plan(eq, *shapes, optimize=[(3, 0), (1, 2), (0, 1)])
     greedy = einslice.plan(eq, *shapes, optimize="greedy")
     assert ours.path != greedy.path
-    plans = _choose.with_other_executors((ours,), count=4, greedy=greedy)
+    ours_request = request_of(ours, optimize=((3, 0), (1, 2), (0, 1)))
+    greedy_request = request_of(greedy, optimize="greedy")
+    plans = with_other_executors(ours_request, 1, greedy_request)
     assert [(p.path, p.executor) for p in plans] == [
         (ours.path, "einslice"),
         (ours.path, "xla"),
         (greedy.path, "xla"),
     ]
-    assert len(_choose.with_other_executors((greedy,), 4, greedy)) == 2  # no twin
+    assert len(with_other_executors(greedy_request, 1, greedy_request)) == 2  # no twin
     rng = np.random.default_rng(0)
     ops = [rng.standard_normal(s) for s in shapes]
     tuned = einslice.plan(eq, *ops, tune="measure")

@@ -524,14 +524,15 @@ def test_auto_hands_the_merged_network_to_the_core_search(monkeypatch):
     expected = log_partition(model)
     # log Z alone of so small a network is walked unplanned (tested below)
     monkeypatch.setattr(_infer, "_quick_walk", lambda *args: None)
-    real_plan = einslice.plan
+    real_plan = _infer.plan_with_tree
     asked = []
 
-    def plan(*args, optimize, **kwargs):
+    def plan(*args, tree, optimize, **kwargs):
         asked.append((optimize, len(args) // 2))
-        return real_plan(*args, optimize=optimize, **kwargs)
+        assert tree is None  # no tree searched by pgm
+        return real_plan(*args, tree=tree, optimize=optimize, **kwargs)
 
-    monkeypatch.setattr(einslice, "plan", plan)
+    monkeypatch.setattr(_infer, "plan_with_tree", plan)
     assert log_partition(model) == pytest.approx(expected)
     assert [o for o, _ in asked] == ["auto"]
     assert asked[0][1] <= len(model.factors)
@@ -563,6 +564,7 @@ def test_a_small_networks_value_is_walked_on_the_host_unplanned(monkeypatch):
         want = _infer._log_partition(planned)
 
         monkeypatch.setattr(einslice, "plan", _refuse)
+        monkeypatch.setattr(_infer, "plan_with_tree", _refuse)
         monkeypatch.setattr(jax, "jit", _refuse)
         got = log_partition(model) if semiring == "log" else map_value(model)
         monkeypatch.undo()

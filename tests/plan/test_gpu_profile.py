@@ -16,6 +16,7 @@ from einslice._plan._equation import build_equation, parse_subscripts
 from einslice._plan._memory import parse_memory_limit
 from einslice._plan._planner import make_plan, rank_plans
 from einslice._plan._profile import CPU_DEFAULT, GPU_DEFAULT
+from einslice._plan._request import PlanRequest
 
 SEED = "ij,ik,il,jk,jl,kl->ij"
 
@@ -24,7 +25,7 @@ def _plan(n: int, limit: str, optimize: str = "auto", profile=GPU_DEFAULT):
     spec = parse_subscripts(SEED, 6)
     eq = build_equation(spec, ((n, n),) * 6)
     args = (eq, 4, "float32", parse_memory_limit(limit), optimize, "sum")
-    return make_plan(*args, profile=profile)
+    return make_plan(PlanRequest(*args, profile=profile))
 
 
 def test_the_seed_formula_at_1024_runs_unsliced_where_100gb_allow_it():
@@ -65,7 +66,8 @@ def test_every_chunk_costs_a_scan_iteration_and_nothing_nudges_large_peaks(n):
 def test_the_ranked_candidates_put_the_unsliced_plan_first_where_it_fits():
     spec = parse_subscripts(SEED, 6)
     eq = build_equation(spec, ((1024, 1024),) * 6)
-    plans = rank_plans(eq, 4, "float32", 10**11, "auto", "sum", profile=GPU_DEFAULT)
+    request = PlanRequest(eq, 4, "float32", 10**11, profile=GPU_DEFAULT)
+    plans = rank_plans(request)
     assert not plans[0].chunks and plans[0] == _plan(1024, "100GB")
 
 

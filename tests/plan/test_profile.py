@@ -18,6 +18,7 @@ from einslice._plan._planner import (
     make_plan,
     prepare_terms,
     rank_plans,
+    with_other_executors,
 )
 from einslice._plan._profile import (
     CPU_DEFAULT,
@@ -26,6 +27,7 @@ from einslice._plan._profile import (
     Profile,
     built_in,
 )
+from einslice._plan._request import PlanRequest
 from einslice._plan._types import Placement
 
 SEED = "ij,ik,il,jk,jl,kl->ij"
@@ -88,11 +90,11 @@ def test_peak_bytes_is_device_free_and_time_is_not():
 def test_profile_is_part_of_the_plan_cache_key():
     eq = _equation(SEED, 48)
     args = (eq, 4, "float32", 100_000, "auto", "sum")
-    cpu = make_plan(*args, profile=CPU_DEFAULT)
+    cpu = make_plan(PlanRequest(*args, profile=CPU_DEFAULT))
     # A loop that costs a second per iteration: slice as little as possible.
-    slow = make_plan(*args, profile=replace(CPU_DEFAULT, loop_seconds=1.0))
+    slow = make_plan(PlanRequest(*args, profile=replace(CPU_DEFAULT, loop_seconds=1.0)))
     assert cpu.n_chunks > slow.n_chunks, (str(cpu), str(slow))
-    assert make_plan(*args, profile=CPU_DEFAULT) is cpu
+    assert make_plan(PlanRequest(*args, profile=CPU_DEFAULT)) is cpu
 
 
 @pytest.mark.parametrize(
@@ -102,8 +104,8 @@ def test_profile_is_part_of_the_plan_cache_key():
 def test_ranked_candidates_are_distinct_and_all_within_the_limit(subscripts, n, limit):
     eq = _equation(subscripts, n)
     args = (eq, 4, "float32", limit, "auto", "sum")
-    plans = rank_plans(*args, profile=CPU_DEFAULT, count=4)
-    assert plans[0] == make_plan(*args, profile=CPU_DEFAULT)
+    plans = rank_plans(PlanRequest(*args, profile=CPU_DEFAULT), 4)
+    assert plans[0] == make_plan(PlanRequest(*args, profile=CPU_DEFAULT))
     assert len(plans) >= 2
     assert all(p.peak_bytes <= limit for p in plans), [p.peak_bytes for p in plans]
     assert len({(p.steps, p.chunks) for p in plans}) == len(plans)
@@ -115,30 +117,27 @@ def test_placement_is_a_planning_input_copied_into_the_plan():
     # in-place split are carried into the Plan the planner returns.
     eq = _equation(SEED, 32)
     args = (eq, 4, "float32", 10**6, "auto", "sum")
-    one = make_plan(*args, profile=CPU_DEFAULT)
+    one = make_plan(PlanRequest(*args, profile=CPU_DEFAULT))
     assert not one.chunks and one.placement == Placement()
-    four = make_plan(*args, Placement(devices=4, mesh="m", mesh_axis="x"))
+    four = make_plan(PlanRequest(*args, Placement(devices=4, mesh="m", mesh_axis="x")))
     assert four.placement == Placement(4, "m", "x", None)
     assert four.n_chunks % 4 == 0, str(four)  # each device gets summed chunks
-    in_place = make_plan(*args, Placement(devices=4, mesh="m", sharded=2))
+    in_place = make_plan(PlanRequest(*args, Placement(devices=4, mesh="m", sharded=2)))
     assert in_place.placement == Placement(4, "m", None, 2)
     assert in_place.chunks == one.chunks  # whole shards: nothing to spread
-    assert [p.placement for p in rank_plans(*args, Placement(devices=4))] == [
-        Placement(devices=4)
-    ] * len(rank_plans(*args, Placement(devices=4)))
+    spread = rank_plans(PlanRequest(*args, Placement(devices=4)))
+    assert [p.placement for p in spread] == [Placement(devices=4)] * len(spread)
 
 
 def test_plain_lowerings_only_for_unsliced_sum_plans_on_one_device():
     eq = _equation("ij,jk,kl->il", 16)
     args = (eq, 4, "float32", 2**20, "auto", "sum")
-    plain = [
-        p.executor for p in _choose.with_other_executors(rank_plans(*args, count=1), 1)
-    ]
+    plain = [p.executor for p in with_other_executors(PlanRequest(*args), 1)]
     assert plain == ["einslice", "xla"]
-    spread = rank_plans(*args, Placement(devices=2), count=1)
-    assert [p.executor for p in _choose.with_other_executors(spread, 1)] == ["einslice"]
-    log = rank_plans(eq, 4, "float32", 2**20, "auto", "log", count=1)
-    assert [p.executor for p in _choose.with_other_executors(log, 1)] == ["einslice"]
+    spread = PlanRequest(*args, Placement(devices=2))
+    assert [p.executor for p in with_other_executors(spread, 1)] == ["einslice"]
+    log = PlanRequest(eq, 4, "float32", 2**20, "auto", "log")
+    assert [p.executor for p in with_other_executors(log, 1)] == ["einslice"]
 
 
 class _Named:
@@ -187,16 +186,22 @@ def test_a_stored_profile_from_before_the_rates_still_loads():
 def test_a_plan_for_highest_is_costed_at_the_highest_rate():
     eq = _equation("ij,jk->ik", 4096)
     args = (eq, 4, "float32", 2**30, "auto", "sum")
-    default = make_plan(*args, profile=GPU_DEFAULT)
-    highest = make_plan(*args, profile=GPU_DEFAULT.for_precision("highest"))
-    x3 = make_plan(*args, profile=GPU_DEFAULT.for_precision("TF32_TF32_F32_X3"))
+    default = make_plan(PlanRequest(*args, profile=GPU_DEFAULT))
+    highest = make_plan(
+        PlanRequest(*args, profile=GPU_DEFAULT.for_precision("highest"))
+    )
+    x3 = make_plan(
+        PlanRequest(*args, profile=GPU_DEFAULT.for_precision("TF32_TF32_F32_X3"))
+    )
     flops = 2 * 4096**3
     assert default.cost.time == pytest.approx(flops / 3.5e14, rel=0.2)
     assert highest.cost.time == pytest.approx(flops / 5e13, rel=0.05)
     assert x3.cost.time == pytest.approx(flops / 1.2e14, rel=0.1)
     # On the CPU profile every precision is costed alike (one rate).
-    cpu = make_plan(*args, profile=CPU_DEFAULT)
-    cpu_highest = make_plan(*args, profile=CPU_DEFAULT.for_precision("highest"))
+    cpu = make_plan(PlanRequest(*args, profile=CPU_DEFAULT))
+    cpu_highest = make_plan(
+        PlanRequest(*args, profile=CPU_DEFAULT.for_precision("highest"))
+    )
     assert cpu_highest.cost == cpu.cost and cpu_highest.path == cpu.path
 
 

@@ -5,9 +5,10 @@ The planner ranks plans (pure data); `choose` picks one and its executor
 
 - ``"estimate"``: the time model's first plan, on the executor it names;
 - ``"wisdom"``, ``"measure"``: tuning (``tune=``, `tuned`) remembered or
-  timed the candidates: the ranked plans, and the best unsliced one and the
-  greedy path's on every other compiling executor that runs them
-  (`with_other_executors`); ``_tune.py`` is the measuring machinery;
+  timed the candidates the planner made (``_planner.tuning_candidates``:
+  the ranked plans, and the best unsliced one and the greedy path's on
+  every other compiling executor that runs them); ``_tune.py`` is the
+  measuring machinery;
 - ``"host"``: a plan run once (``once=True``) whose numpy walk is estimated
   to beat compiling it (`pays_on_host`).
 
@@ -34,14 +35,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from jax import core
 
 from .._errors import EinsliceError
 from .._plan import _wisdom
-from .._plan._planner import rank_plans
-from .._plan._profile import Profile
+from .._plan._planner import tuning_candidates
+from .._plan._request import PlanRequest
 from .._plan._search import cheap
 from .._plan._types import HostWalk, Plan
 from . import _tune
@@ -111,7 +112,8 @@ class Chosen:
     """What the choosing stage returns: a plan, its executor, and how.
 
     ``how`` is one of `HOWS`: "estimate", "wisdom", "measure" or "host".
-    (A tuned plan also carries its measurements, ``plan.choice``.)
+    (A tuned plan also carries its measurements, ``plan.choice``: see
+    ``_types.Plan`` for why that one annotation is added after planning.)
     """
 
     plan: Plan
@@ -125,22 +127,17 @@ class Tuning:
 
     Attributes:
         arrays: the operands (arrays, or shapes-and-dtypes for ``plan``).
-        optimize: the planner's key for ``optimize=``.
-        profile: the profile the plans were made for.
+        request: what the plans were made from (the candidates are made
+            from it; its optimize, profile and precision key the wisdom).
         run: runs a plan on operands, as ``Plan.__call__`` does.
-        precision: the call's precision (part of the wisdom key).
         limit_key: stands for the memory limit in the wisdom key.
-        gradient: whether the plans were made to fit their derivative.
         platform: the JAX platform ("cpu", "gpu", ...).
     """
 
     arrays: Sequence
-    optimize: object
-    profile: Profile
+    request: PlanRequest
     run: _tune.Runner
-    precision: object = None
     limit_key: object = None
-    gradient: bool = False
     platform: str = "cpu"
 
 
@@ -162,17 +159,18 @@ def choose(
         return Chosen(best, host, "host")
     plan = best
     if tune != "estimate" and tuning is not None:
+        request = tuning.request
         plan = tuned(
             best,
             tune,
             tuning.arrays,
-            lambda: candidates(best, tuning),
+            lambda: tuning_candidates(request, TOP_K),
             tuning.run,
             lambda: _tune.signature(
                 best,
-                tuning.optimize,
-                tuning.profile.device_kind,
-                tuning.precision,
+                request.optimize if request.tree is None else request.tree,
+                request.profile.device_kind,
+                request.precision,
                 tuning.limit_key,
             ),
             tuning.platform,
@@ -329,7 +327,8 @@ def tuned(
         best: the time model's first candidate.
         tune: "estimate", "measure" or "auto".
         arrays: the operands (arrays, or shapes-and-dtypes for ``plan``).
-        ranked: the candidates (called only when needed; `candidates`).
+        ranked: the candidates (called only when needed;
+            ``_planner.tuning_candidates``).
         run: runs a plan on operands, as ``Plan.__call__`` does.
         signature: makes the wisdom key of this call (called only when needed).
         platform: the JAX platform the plans run on ("cpu", "gpu", ...):
@@ -363,70 +362,3 @@ def tuned(
         if not plans or plans[0] != best or tuning > share:
             return best
     return _tune.measure(plans, arrays, run, signature())
-
-
-def candidates(best: Plan, tuning: Tuning) -> tuple[Plan, ...]:
-    """What tuning measures: the planner's best `TOP_K`, and other executors'.
-
-    The greedy path's plan (opt_einsum's, ``jnp.einsum``'s default) is
-    offered to the other executors too, when the caller left ``optimize`` at
-    "auto" (a path or strategy the caller chose is not second-guessed).
-    """
-    args = (best.equation, best.itemsize, best.dtype, best.memory_limit)
-    ranked = rank_plans(
-        *args,
-        tuning.optimize,
-        best.semiring,
-        profile=tuning.profile,
-        count=TOP_K,
-        gradient=tuning.gradient,
-    )
-    greedy = None
-    if tuning.optimize == "auto":
-        try:
-            greedy = rank_plans(
-                *args,
-                "greedy",
-                best.semiring,
-                profile=tuning.profile,
-                count=1,
-                gradient=tuning.gradient,
-            )[0]
-        except EinsliceError:  # MemoryLimitError: greedy's path needs more
-            greedy = None
-    return with_other_executors(ranked, TOP_K, greedy)
-
-
-def with_other_executors(
-    plans: tuple[Plan, ...], count: int, greedy: Plan | None = None
-) -> tuple[Plan, ...]:
-    """The first ``count`` plans, and the best unsliced one on other executors.
-
-    Every other executor that compiles and runs a plan (``Executor.runs``:
-    today the plain ``jnp.einsum`` lowering, executor ``"xla"``, for
-    unsliced plans of a semiring it computes, two or more operands, one
-    device) is offered the best unsliced plan and ``greedy`` (a plan along
-    opt_einsum's greedy path: with the plain lowering, the program
-    ``jnp.einsum(optimize="greedy")`` runs) where its path differs: measuring
-    then never keeps a program slower than the peer's own.
-
-    Example:
-        >>> import einslice
-        >>> p = einslice.plan("ij,jk->ik", (8, 8), (8, 8))
-        >>> [q.executor for q in with_other_executors((p,), count=1)]
-        ['einslice', 'xla']
-    """
-    chosen = list(plans[:count])
-    unsliced = next((p for p in plans if not p.chunks), None)
-    for plan in (unsliced, greedy):
-        if plan is None:
-            continue
-        for executor in EXECUTORS.values():
-            other = executor.compiles and executor.name != plan.executor
-            if not other or not executor.runs(plan):
-                continue
-            if not any(
-                c.executor == executor.name and c.path == plan.path for c in chosen
-            ):
-                chosen.append(replace(plan, executor=executor.name))
-    return tuple(chosen)

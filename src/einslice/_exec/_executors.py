@@ -62,22 +62,25 @@ class Executor:
     """One way of running a plan.
 
     Attributes:
-        facts: its name and the plans it runs (``_plan/_executors.py``).
-        compiles: whether it runs inside a jitted program (and so under
-            ``jit``, ``vmap`` and ``grad``); the host walk does not.
+        facts: its name, whether it compiles and the plans it runs
+            (``_plan/_executors.py``).
         estimate: its estimate of compiling and running a plan.
         run: runs a plan on operands already cast and squeezed; for an
             executor that compiles, inside the jitted program (``_run``).
     """
 
     facts: ExecutorFacts
-    compiles: bool
     estimate: Callable[[Plan], Estimate]
     run: Callable[[Plan, Config, Sequence], Any]  # a JAX or numpy array
 
     @property
     def name(self) -> str:
         return self.facts.name
+
+    @property
+    def compiles(self) -> bool:
+        """Whether it runs inside a jitted program (its facts say)."""
+        return self.facts.compiles
 
     def runs(self, plan: Plan) -> bool:
         """Whether this executor can run ``plan`` (its facts say)."""
@@ -112,11 +115,10 @@ def _host(plan: Plan, config: Config, arrays: Sequence):
 EXECUTORS: dict[str, Executor] = {
     executor.name: executor
     for executor in (
-        Executor(executor_facts("einslice"), True, _compiled_estimate, _chain),
-        Executor(executor_facts("xla"), True, _compiled_estimate, plain_einsum),
+        Executor(executor_facts("einslice"), _compiled_estimate, _chain),
+        Executor(executor_facts("xla"), _compiled_estimate, plain_einsum),
         Executor(
             executor_facts("host"),
-            False,
             lambda plan: Estimate(0.0, host_seconds(plan)),
             _host,
         ),

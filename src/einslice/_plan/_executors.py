@@ -43,6 +43,9 @@ class ExecutorFacts:
 
     Attributes:
         name: what ``Plan.executor`` holds.
+        compiles: whether it runs inside a jitted program (and so under
+            ``jit``, ``vmap`` and ``grad``); the host walk does not. The
+            planner offers tuning a plan on each compiling executor.
         runs: whether it can run a plan (the plan's facts alone; a call can
             still rule it out, as the host walk is ruled out under a trace).
         shown: the line ``describe`` adds for a plan it runs ("" for none).
@@ -52,6 +55,7 @@ class ExecutorFacts:
     """
 
     name: str
+    compiles: bool
     runs: Callable[[Plan], bool]
     shown: str = ""
     steps_shown: bool = True
@@ -65,9 +69,10 @@ def _single(plan: Plan) -> bool:
 EXECUTOR_FACTS: dict[str, ExecutorFacts] = {
     facts.name: facts
     for facts in (
-        ExecutorFacts("einslice", lambda plan: True),
+        ExecutorFacts("einslice", True, lambda plan: True),
         ExecutorFacts(
             "xla",
+            True,
             lambda plan: (
                 not plan.chunks
                 and plan.ring.jnp_einsum
@@ -80,6 +85,7 @@ EXECUTOR_FACTS: dict[str, ExecutorFacts] = {
         ),
         ExecutorFacts(
             "host",
+            False,
             lambda plan: _single(plan) and plan.dtype in HOST_DTYPES,
             shown="  Executor: walked in numpy on the host, nothing compiled",
             label=" in numpy",

@@ -1,4 +1,10 @@
-"""Equation + dtype size + limit → Plan: the planner's front door (cached)."""
+"""A `PlanRequest` → ranked Plans: the planner's front door (cached, pure).
+
+`make_plan` gives the best plan, `rank_plans` the best few, and
+`tuning_candidates` adds each other compiling executor's variants; each
+`Plan` is made once, by `_plan_of`, from the request and the parts found
+(`_Parts`), and never patched afterwards.
+"""
 
 from __future__ import annotations
 
@@ -8,15 +14,17 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from math import prod
 
-from .._errors import MemoryLimitError
+from .._errors import EinsliceError, MemoryLimitError
 from ._cost import Body, cached_cost, chunked_sizes, evaluate, naive_flops
+from ._executors import EXECUTOR_FACTS
 from ._memory import format_bytes
 from ._order import Path, cached_steps, find_path, two_group_paths
-from ._profile import CPU_DEFAULT, Profile
+from ._profile import Profile
+from ._request import PlanRequest
 from ._search import PLAN_RUNS, Found, TreeSearch, search_tree
 from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
-from ._types import ONE_DEVICE, Cost, Equation, Placement, Plan
+from ._types import Cost, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
 # few operands); explicit paths and optimizer objects are called once.
@@ -51,68 +59,111 @@ def prepare_terms(equation: Equation) -> tuple[tuple[int, ...], ...]:
 
 
 @lru_cache(maxsize=1024)
-def make_plan(
-    equation: Equation,
-    itemsize: int,
-    dtype: str,
-    memory_limit: int,
-    optimize: object,
-    semiring: str,
-    placement: Placement = ONE_DEVICE,
-    probe: bool = False,
-    profile: Profile = CPU_DEFAULT,
-    gradient: bool = False,
-) -> Plan:
+def make_plan(request: PlanRequest) -> Plan:
     """Plan a contraction: pairwise path, sliced indices and chunk sizes.
 
-    Args:
-        equation: the parsed equation.
-        itemsize: bytes per element of the computation dtype.
-        dtype: the computation dtype's name (shown in the report).
-        memory_limit: peak temporary bytes allowed.
-        optimize: path strategy name, bool, explicit path tuple or optimizer.
-        semiring: a name in ``_semiring.SEMIRINGS`` ("sum", "log", ...).
-        placement: the devices the plan runs on; when they split the summed
-            chunks (``placement.spread`` > 1), a summed index is sliced
-            (finer) until each device has a chunk.
-        probe: skip finding ``gradient_limit`` (used while finding it).
-        profile: the device the times are estimated for (part of the cache
-            key: another profile may choose another plan).
-        gradient: derivatives will be taken: the forward plan is chosen so
-            that the derivative pass fits the limit too (see
-            `_fit_derivative`), not only the fastest forward pass.
+    ``request`` holds everything the plan is made from (see `PlanRequest`);
+    plans are cached on it. With ``placement.spread`` > 1 a summed index is
+    sliced (finer) until each device has a chunk; with ``gradient`` the
+    forward plan is chosen so that the derivative pass fits the limit too
+    (see `_fit_derivative`), not only the fastest forward pass.
 
     Returns:
         The fastest plan found whose predicted peak fits the limit (with
-        ``gradient``, whose derivative's peak fits it too).
+        ``gradient``, whose derivative's peak fits it too), made by `_plan_of`.
 
     Raises:
         MemoryLimitError: no plan fits (with ``gradient``: none whose
-            derivative fits); states the smallest feasible limit.
+            derivative fits); states the smallest feasible limit of the steps
+            (the caller adds ``cast_bytes``).
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("ij,jk->ik", 2), ((64, 64),) * 2)
+        >>> make_plan(PlanRequest(eq, 4, "float32", 2**20)).flops
+        524288
     """
-    found = _search(equation, itemsize, memory_limit, optimize, semiring, profile)
-    args = (equation, itemsize, dtype, memory_limit, optimize, semiring, placement)
-    if not gradient:
-        return _finish(*args, probe, profile, found.body, found.forward)
-    plan = _finish(*args, True, profile, found.body, found.forward)
-    if plan.tangent_cost.peak_bytes <= memory_limit:
-        return plan
-    fitted = _fit_derivative(args, profile, found)
+    return _plan_of(request, _planned(request))
+
+
+@lru_cache(maxsize=1024)
+def _planned(request: PlanRequest, probe: bool = False) -> _Parts:
+    """`make_plan`'s parts (``probe``: skip finding ``gradient_limit``)."""
+    found = _found(request)
+    if not request.gradient:
+        return _finish(request, found.body, found.forward, probe)
+    parts = _finish(request, found.body, found.forward, True)
+    limit = request.memory_limit
+    if parts.tangent.cost.peak_bytes <= limit:
+        return parts
+    fitted = _fit_derivative(request, found)
     if fitted is not None:
         return fitted
     if probe:
-        return plan  # its gradient_limit: a lower bound
-    needed = _gradient_limit(
-        *args[:3], plan.gradient_limit, *args[4:], profile, gradient=True
-    )
+        return parts  # its gradient_limit: a lower bound
+    needed = _gradient_limit(request, parts.gradient_limit, gradient=True)
     raise MemoryLimitError(
-        f"the derivative of {equation.brief()} needs at least "
+        f"the derivative of {request.equation.brief()} needs at least "
         f"{format_bytes(needed)} ({needed} bytes) but memory_limit is "
-        f"{format_bytes(memory_limit)}, under every plan found; raise "
+        f"{format_bytes(limit)}, under every plan found; raise "
         "memory_limit to at least that, or plan without gradient=True if no "
         "derivative is taken (the forward pass alone fits).",
         smallest_limit=needed,
-        flops=plan.tangent_cost.flops,
+        flops=parts.tangent.cost.flops,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What a `Plan` is made of, as the planner finds it (the steps' own figures).
+
+    ``forward`` and ``tangent`` are the two passes' slicings and costs,
+    ``hoisted`` the steps run once after the chunk loop, ``gradient_limit``
+    the smallest limit under which the derivative fits: all within the
+    request's ``memory_limit``, without the operands' promotion copies
+    (`_plan_of` adds them).
+    """
+
+    body: Body
+    forward: Slicing
+    tangent: Slicing
+    hoisted: int
+    gradient_limit: int
+
+
+def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") -> Plan:
+    """The one place a `Plan` is made: ``parts`` and what ``request`` says.
+
+    The operands' promotion copies (``cast_bytes``) are temporaries too: the
+    forward pass holds each copy, the derivative each copy and its tangent.
+    """
+    cast, equation, placement = request.cast_bytes, request.equation, request.placement
+    forward, tangent = parts.forward, parts.tangent
+    return Plan(
+        gradient_limit=parts.gradient_limit + 2 * cast,
+        equation=equation,
+        semiring=request.semiring,
+        itemsize=request.itemsize,
+        prepared=parts.body.prepared,
+        steps=parts.body.steps,
+        path=_path_of(parts.body),
+        chunks=tuple(sorted(forward.chunks.items())),
+        tangent_chunks=tuple(sorted(tangent.chunks.items())),
+        cost=replace(forward.cost, peak_bytes=forward.cost.peak_bytes + cast),
+        tangent_cost=replace(
+            tangent.cost, peak_bytes=tangent.cost.peak_bytes + 2 * cast
+        ),
+        naive_flops=naive_flops(equation.terms, equation.sizes),
+        memory_limit=request.memory_limit + cast,
+        dtype=request.dtype,
+        devices=placement.devices,
+        mesh=placement.mesh,
+        mesh_axis=placement.mesh_axis,
+        sharded=placement.sharded,
+        hoisted=parts.hoisted,
+        executor=executor,
+        precision=request.precision,
+        profile=request.profile,
     )
 
 
@@ -125,6 +176,20 @@ class _Found:
     runners_up: tuple[tuple[Body, Slicing], ...]
 
 
+def _found(request: PlanRequest) -> _Found:
+    """`_search` for ``request`` (keyed on what the search depends on only)."""
+    r = request
+    return _search(
+        r.equation,
+        r.itemsize,
+        r.memory_limit,
+        r.optimize,
+        r.semiring,
+        r.profile,
+        r.tree,
+    )
+
+
 @lru_cache(maxsize=256)
 def _search(
     equation: Equation,
@@ -133,12 +198,18 @@ def _search(
     optimize: object,
     semiring: str,
     profile: Profile,
+    tree: Found | None = None,
 ) -> _Found:
-    """Path and forward slicing: the fastest estimate within the limit."""
+    """Path and forward slicing: the fastest estimate within the limit.
+
+    ``tree``: a tree searched already, taken instead of searching one.
+    """
     semiring_named(semiring)  # refuses an unknown name
-    run = _ForwardSearch(equation, itemsize, memory_limit, optimize, semiring, profile)
+    run = _ForwardSearch(
+        equation, itemsize, memory_limit, optimize, semiring, profile, tree
+    )
     forward = run.slicing(run.tree_path)
-    if not forward.fits and isinstance(optimize, str | bool):
+    if not forward.fits and tree is None and isinstance(optimize, str | bool):
         forward = run.frugal(forward)
     if not forward.fits:
         raise MemoryLimitError(
@@ -171,6 +242,7 @@ class _ForwardSearch:
         optimize: object,
         semiring: str,
         profile: Profile,
+        tree: Found | None = None,
     ):
         self.equation = equation
         self.itemsize = itemsize
@@ -185,7 +257,9 @@ class _ForwardSearch:
         # Re-planning for each trial chunking uses the fast greedy search when
         # the strategy is "auto"; the chosen chunking then gets one full search.
         self.replan = (
-            isinstance(optimize, str | bool) and n_operands <= _REPLAN_MAX_OPERANDS
+            tree is None
+            and isinstance(optimize, str | bool)
+            and n_operands <= _REPLAN_MAX_OPERANDS
         )
         self.replanner = "greedy" if optimize in ("auto", True) else optimize
         sizes, output = equation.sizes, equation.output
@@ -198,8 +272,8 @@ class _ForwardSearch:
         search = optimize if isinstance(optimize, TreeSearch) else None
         if optimize in ("auto", True) and n_operands > _REPLAN_MAX_OPERANDS:
             search = TreeSearch()
-        if isinstance(optimize, Found):  # a tree searched already (pgm's)
-            self.tree_path, self.searched = optimize.path, optimize.sliced
+        if tree is not None:  # a tree searched already (pgm's)
+            self.tree_path, self.searched = tree.path, tree.sliced
         elif search is not None:
             tree = search_tree(
                 self.prepared,
@@ -335,79 +409,35 @@ class _ForwardSearch:
 
 
 def _finish(
-    equation: Equation,
-    itemsize: int,
-    dtype: str,
-    memory_limit: int,
-    optimize: object,
-    semiring: str,
-    placement: Placement,
-    probe: bool,
-    profile: Profile,
+    request: PlanRequest,
     body: Body,
     forward: Slicing,
+    probe: bool = False,
     tangent_seeds: dict[int, int] | None = None,
-) -> Plan:
-    """The derivative's slicing, placement, hoisting and gradient limit: a Plan.
+) -> _Parts:
+    """The derivative's slicing, placement, hoisting and gradient limit.
 
+    ``probe``: the gradient limit is left a lower bound (not re-planned).
     ``tangent_seeds``: where the derivative's slicing may descend from
     besides none when that does not fit (default the forward's chunks).
     """
-    sizes = equation.sizes
+    sizes, itemsize = request.equation.sizes, request.itemsize
+    limit, profile = request.memory_limit, request.profile
     seeds = forward.chunks if tangent_seeds is None else tangent_seeds
-    tangent = _tangent_slicing(body, sizes, itemsize, memory_limit, profile, seeds)
-    if placement.spread > 1:
-        forward, tangent = _spread(
-            body,
-            sizes,
-            itemsize,
-            memory_limit,
-            forward,
-            tangent,
-            placement.spread,
-            profile,
-        )
-    pairs = _path_of(body)
+    tangent = _tangent_slicing(body, sizes, itemsize, limit, profile, seeds)
+    if request.placement.spread > 1:
+        forward, tangent = _spread(request, body, forward, tangent)
     hoisted = 0
     if forward.chunks or tangent.chunks:
         hoisted, forward, tangent = _hoist(
-            body, sizes, itemsize, memory_limit, forward, tangent
+            body, sizes, itemsize, limit, forward, tangent
         )
-    gradient_limit = memory_limit
-    if tangent.cost.peak_bytes > memory_limit:
+    gradient_limit = limit
+    if tangent.cost.peak_bytes > limit:
         gradient_limit = tangent.cost.peak_bytes  # a lower bound, when probing
         if not probe:
-            gradient_limit = _gradient_limit(
-                equation,
-                itemsize,
-                dtype,
-                gradient_limit,
-                optimize,
-                semiring,
-                placement,
-                profile,
-            )
-    return Plan(
-        gradient_limit=gradient_limit,
-        equation=equation,
-        semiring=semiring,
-        itemsize=itemsize,
-        prepared=body.prepared,
-        steps=body.steps,
-        path=pairs,
-        chunks=tuple(sorted(forward.chunks.items())),
-        tangent_chunks=tuple(sorted(tangent.chunks.items())),
-        cost=forward.cost,
-        tangent_cost=tangent.cost,
-        naive_flops=naive_flops(equation.terms, sizes),
-        memory_limit=memory_limit,
-        dtype=dtype,
-        devices=placement.devices,
-        mesh=placement.mesh,
-        mesh_axis=placement.mesh_axis,
-        sharded=placement.sharded,
-        hoisted=hoisted,
-    )
+            gradient_limit = _gradient_limit(request, gradient_limit)
+    return _Parts(body, forward, tangent, hoisted, gradient_limit)
 
 
 def _tangent_slicing(
@@ -451,11 +481,7 @@ def _tangent_slicing(
 _TIGHTER_SEARCHES = 4
 
 
-def _fit_derivative(
-    args: tuple[Equation, int, str, int, object, str, Placement],
-    profile: Profile,
-    found: _Found,
-) -> Plan | None:
+def _fit_derivative(request: PlanRequest, found: _Found) -> _Parts | None:
     """A plan whose forward and derivative passes both fit (the best's does not).
 
     The derivative pass slices its own indices but shares the forward's path,
@@ -467,16 +493,18 @@ def _fit_derivative(
     again), each with its forward slicing chosen again under the real limit.
     None when none fits.
     """
-    equation, itemsize, _, limit, optimize, semiring, _ = args
+    equation, itemsize, limit = request.equation, request.itemsize, request.memory_limit
+    profile = request.profile
 
-    def finish(body: Body, forward: Slicing, seeds=None) -> Plan:
-        return _finish(*args, True, profile, body, forward, seeds)
+    def finish(body: Body, forward: Slicing, seeds=None) -> _Parts:
+        return _finish(request, body, forward, True, seeds)
 
     for body, forward in found.runners_up:
-        plan = finish(body, forward)
-        if plan.tangent_cost.peak_bytes <= limit:
-            return plan
-    research = TreeSearch() if isinstance(optimize, Found) else optimize
+        parts = finish(body, forward)
+        if parts.tangent.cost.peak_bytes <= limit:
+            return parts
+    # a tree the caller searched is searched again with the default settings
+    research = request.optimize if request.tree is None else TreeSearch()
     if not isinstance(research, str | bool | TreeSearch):
         return None  # an explicit path or optimizer: the path is the caller's
     operands = itemsize * sum(prod(s) for s in equation.shapes)
@@ -485,7 +513,9 @@ def _fit_derivative(
         if target <= 0:
             break
         try:
-            tight = _search(equation, itemsize, target, research, semiring, profile)
+            tight = _search(
+                equation, itemsize, target, research, request.semiring, profile
+            )
         except MemoryLimitError:
             break
         body, sizes = tight.body, equation.sizes
@@ -503,24 +533,14 @@ def _fit_derivative(
         )
         # the derivative descends from the tight search's chunks, under
         # which about twice the forward chunk's buffers fit
-        plan = finish(body, forward, seeds)
-        if plan.tangent_cost.peak_bytes <= limit:
-            return plan
+        parts = finish(body, forward, seeds)
+        if parts.tangent.cost.peak_bytes <= limit:
+            return parts
         target //= 2
     return None
 
 
-def _gradient_limit(
-    equation: Equation,
-    itemsize: int,
-    dtype: str,
-    needed: int,
-    optimize: object,
-    semiring: str,
-    placement: Placement,
-    profile: Profile,
-    gradient: bool = False,
-) -> int:
+def _gradient_limit(request: PlanRequest, needed: int, gradient: bool = False) -> int:
     """A memory limit under which the re-planned derivative fits.
 
     A larger limit changes the forward plan and with it the derivative's
@@ -530,37 +550,17 @@ def _gradient_limit(
     """
     limit = needed
     for _ in range(8):
-        retry = make_plan(
-            equation,
-            itemsize,
-            dtype,
-            limit,
-            optimize,
-            semiring,
-            placement,
-            probe=True,
-            profile=profile,
-            gradient=gradient,
+        retry = _planned(
+            replace(request, memory_limit=limit, gradient=gradient), probe=True
         )
-        if retry.tangent_cost.peak_bytes <= limit:
+        if retry.tangent.cost.peak_bytes <= limit:
             break
-        limit = retry.tangent_cost.peak_bytes
+        limit = retry.tangent.cost.peak_bytes
     return limit
 
 
 @lru_cache(maxsize=256)
-def rank_plans(
-    equation: Equation,
-    itemsize: int,
-    dtype: str,
-    memory_limit: int,
-    optimize: object,
-    semiring: str,
-    placement: Placement = ONE_DEVICE,
-    profile: Profile = CPU_DEFAULT,
-    count: int = 4,
-    gradient: bool = False,
-) -> tuple[Plan, ...]:
+def rank_plans(request: PlanRequest, count: int = 4) -> tuple[Plan, ...]:
     """The best few distinct plans within the limit, best estimate first.
 
     The first is ``make_plan``'s (with ``gradient``, as it plans for
@@ -571,27 +571,90 @@ def rank_plans(
     Example:
         >>> from einslice._plan._equation import build_equation, parse_subscripts
         >>> eq = build_equation(parse_subscripts("ij,jk,kl->il", 3), ((64, 64),) * 3)
-        >>> plans = rank_plans(eq, 4, "float32", 2**20, "auto", "sum")
+        >>> plans = rank_plans(PlanRequest(eq, 4, "float32", 2**20))
         >>> len(plans) > 1 and all(p.peak_bytes <= 2**20 for p in plans)
         True
     """
-    args = (equation, itemsize, dtype, memory_limit, optimize, semiring, placement)
-    best = make_plan(*args, profile=profile, gradient=gradient)
-    found = _search(equation, itemsize, memory_limit, optimize, semiring, profile)
-    plans = [best]
-    seen = {(best.steps, best.chunks)}
-    gradient_fits = best.tangent_cost.peak_bytes <= memory_limit
-    for body, forward in found.runners_up:
-        if len(plans) >= count:
+    return tuple(_plan_of(request, parts) for parts in _ranked(request, count))
+
+
+@lru_cache(maxsize=256)
+def _ranked(request: PlanRequest, count: int) -> tuple[_Parts, ...]:
+    """`rank_plans`'s parts."""
+    limit = request.memory_limit
+    best = _planned(request)
+    ranked = [best]
+    seen = {(best.body.steps, _key(best.forward.chunks))}
+    gradient_fits = best.tangent.cost.peak_bytes <= limit
+    for body, forward in _found(request).runners_up:
+        if len(ranked) >= count:
             break
-        plan = _finish(*args, True, profile, body, forward)
-        if (plan.steps, plan.chunks) in seen or plan.peak_bytes > memory_limit:
+        parts = _finish(request, body, forward, True)
+        key = (parts.body.steps, _key(parts.forward.chunks))
+        if key in seen or parts.forward.cost.peak_bytes > limit:
             continue
-        if gradient_fits and plan.tangent_cost.peak_bytes > memory_limit:
+        if gradient_fits and parts.tangent.cost.peak_bytes > limit:
             continue
-        seen.add((plan.steps, plan.chunks))
-        plans.append(plan)
-    return tuple(plans)
+        seen.add(key)
+        ranked.append(parts)
+    return tuple(ranked)
+
+
+def tuning_candidates(request: PlanRequest, count: int = 4) -> tuple[Plan, ...]:
+    """What tuning measures: the best ``count`` plans, and other executors'.
+
+    `with_other_executors`, offered the greedy path's plan too when
+    ``optimize`` is "auto" (a path or strategy the caller chose is not
+    second-guessed).
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("ij,jk->ik", 2), ((8, 8),) * 2)
+        >>> request = PlanRequest(eq, 4, "float32", 2**20)
+        >>> [p.executor for p in tuning_candidates(request, count=1)]
+        ['einslice', 'xla']
+    """
+    greedy = None
+    if request.optimize == "auto" and request.tree is None:
+        greedy = replace(request, optimize="greedy")
+    return with_other_executors(request, count, greedy)
+
+
+def with_other_executors(
+    request: PlanRequest, count: int, greedy: PlanRequest | None = None
+) -> tuple[Plan, ...]:
+    """The first ``count`` ranked plans, and the best unsliced one on other executors.
+
+    Every other executor that compiles and runs a plan (its ``ExecutorFacts``:
+    today the plain ``jnp.einsum`` lowering, executor ``"xla"``, for unsliced
+    plans of a semiring it computes, two or more operands, one device) is
+    offered the best unsliced plan and ``greedy``'s first plan (a request
+    for opt_einsum's greedy path: with the plain lowering, the program
+    ``jnp.einsum(optimize="greedy")`` runs) where its path differs:
+    measuring then never keeps a program slower than the peer's own. Each is
+    made as a plan of its own (`_plan_of`), not a copy with its executor
+    changed.
+    """
+    ranked = _ranked(request, count)
+    chosen = [_plan_of(request, parts) for parts in ranked]
+    offered = [(request, next((p for p in ranked if not p.forward.chunks), None))]
+    if greedy is not None:
+        try:
+            offered.append((greedy, _ranked(greedy, 1)[0]))
+        except EinsliceError:  # MemoryLimitError: greedy's path needs more
+            pass
+    for source, parts in offered:
+        if parts is None:
+            continue
+        for facts in EXECUTOR_FACTS.values():
+            if not facts.compiles or facts.name == "einslice":
+                continue
+            plan = _plan_of(source, parts, facts.name)
+            if facts.runs(plan) and not any(
+                c.executor == plan.executor and c.path == plan.path for c in chosen
+            ):
+                chosen.append(plan)
+    return tuple(chosen)
 
 
 def hoistable_steps(body: Body) -> int:
@@ -661,23 +724,23 @@ def _hoist(
 
 
 def _spread(
-    body: Body,
-    sizes: tuple[int, ...],
-    itemsize: int,
-    limit: int,
-    forward: Slicing,
-    tangent: Slicing,
-    devices: int,
-    profile: Profile,
+    request: PlanRequest, body: Body, forward: Slicing, tangent: Slicing
 ) -> tuple[Slicing, Slicing]:
     """Re-slice both passes so that every device gets summed chunks to scan."""
+    sizes, itemsize = request.equation.sizes, request.itemsize
+    limit, devices = request.memory_limit, request.placement.spread
     indices = [i for t in body.terms for i in t]
     out = []
     for chosen, is_tangent in ((forward, False), (tangent, True)):
         chunks = spread_chunks(sizes, body.output, indices, chosen.chunks, devices)
         if chunks != chosen.chunks:
             cost = evaluate(
-                body, sizes, chunks, itemsize, tangent=is_tangent, profile=profile
+                body,
+                sizes,
+                chunks,
+                itemsize,
+                tangent=is_tangent,
+                profile=request.profile,
             )
             # Kept only within the limit (else this pass runs on one device).
             if cost.peak_bytes <= max(limit, chosen.cost.peak_bytes):

@@ -55,6 +55,7 @@ from .._internal import (
     host_profile,
     host_value_and_grad,
     host_walk,
+    plan_with_tree,
     prepare_terms,
     run_on_host,
     search_tree,
@@ -481,11 +482,13 @@ def _plan_network(
     args: list = []
     for table, term in zip(network.tables, network.terms, strict=True):
         args += [table.shape, list(term)]
-    plan = einslice.plan(
+    searched = isinstance(order, Found)
+    plan = plan_with_tree(
         *args,
         [],
+        tree=order if searched else None,
         memory_limit=memory_limit,
-        optimize=order,
+        optimize="auto" if searched else order,
         semiring=semiring,
         dtype=dtype,
         profile=profile,
