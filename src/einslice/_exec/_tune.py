@@ -79,7 +79,23 @@ def measure(
     )
     if chosen is not None:
         _wisdom.remember(signature, _entry(plans[chosen], choice))
-    return replace(plans[choice.chosen], choice=choice)
+    return with_choice(plans[choice.chosen], choice)
+
+
+def with_choice(plan: Plan, choice: Choice) -> Plan:
+    """``plan`` annotated with how tuning chose it (``describe`` shows it).
+
+    The one field set on a plan after it is made, and why: the candidates'
+    measurements exist only once the plans were made and timed, and they
+    are a record of the choice, not part of the program (``Plan.choice`` is
+    left out of equality and hashing, so the annotated plan is the same
+    static argument of ``jax.jit``; wisdom finds it again by path, chunks
+    and executor). Carrying them beside the plan instead (in
+    ``_choose.Chosen``) would leave ``einslice.plan(tune="measure")``, whose
+    report shows them, to copy them into the plan it returns: the same
+    annotation, made one layer up.
+    """
+    return replace(plan, choice=choice)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +247,7 @@ def from_wisdom(
             )
             notes = ("",) * len(labels)
             choice = Choice("wisdom", int(entry["chosen"]), labels, seconds, notes)
-            return replace(plan, choice=choice)
+            return with_choice(plan, choice)
     return None
 
 

@@ -5,6 +5,7 @@ chunks and scaling by the chunk count estimates the whole call at a fraction
 of its cost. The probe is the same plan (same steps, same chunk sizes) on an
 equation whose sliced indices are cut to a whole number of chunks; its
 operands are the leading entries of the real ones along those indices.
+(A plan derived for timing, never returned: not a patch of a made plan.)
 """
 
 from __future__ import annotations

@@ -629,10 +629,10 @@ def _search(
     )
     complete = complete and reference_complete
     if better(reference, own, memory_limit, profile):
-        chosen = dataclasses.replace(reference, trials=own.trials)
+        kept = dataclasses.replace(reference, trials=own.trials)
     else:
-        chosen = dataclasses.replace(own, reference_time=reference.time)
-    return dataclasses.replace(chosen, reference_trials=budget), complete
+        kept = dataclasses.replace(own, reference_time=reference.time)
+    return dataclasses.replace(kept, reference_trials=budget), complete
 
 
 def reference_budget(own: Found, n_terms: int) -> int:

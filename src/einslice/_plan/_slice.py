@@ -275,6 +275,8 @@ def shard_plan(plan: Plan) -> Plan:
     shrinks to it (balanced), so every buffer is at most the whole plan's and
     each device scans all the chunks of its own shard. The result is a
     one-device plan of the same path; ``equation.shapes`` stay the global ones.
+    (A plan derived for execution inside the sharded executor, not a patch
+    of a made plan: ``tests/test_no_plan_patches.py`` allows it.)
 
     Example:
         >>> import einslice

@@ -261,12 +261,14 @@ class Plan(Steps):
     # plan's own steps (and scan); "xla", one jnp.einsum call along the same
     # path (a tuning candidate for unsliced "sum" plans); "host", numpy.
     executor: str = "einslice"
-    # How tuning chose this plan; not part of equality (same program).
+    # How tuning chose this plan; not part of equality (same program). The
+    # one field set after the planner made the plan (``_tune.with_choice``
+    # says why); every other field comes from its PlanRequest.
     choice: Choice | None = field(default=None, compare=False)
     # The ``precision=`` it was planned for (opaque here, like mesh): a call
     # that gives none runs with it. And the device profile its time was
     # estimated with (``Profile.for_precision``: the matmul rate of that
-    # precision); None where the planner's caller did not record it.
+    # precision). Both from the request (``_request.PlanRequest``).
     precision: object = field(default=None, compare=False)
     profile: Profile | None = field(default=None, compare=False)
 
@@ -306,6 +308,7 @@ class Plan(Steps):
         """What the chunk loop runs: this plan without its ``hoisted`` steps.
 
         Those final products with output-only operands follow the loop once.
+        (A plan derived for execution, not a patch of this one.)
 
         Example:
             >>> import einslice
