@@ -21,10 +21,10 @@ from ._memory import format_bytes
 from ._order import Path, cached_steps, find_path, two_group_paths
 from ._profile import Profile
 from ._request import PlanRequest
-from ._search import PLAN_RUNS, Found, TreeSearch, search_tree
+from ._search import PLAN_RUNS, TreeSearch, search_tree
 from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
-from ._types import Cost, Equation, Plan
+from ._types import ONE_DEVICE, Cost, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
 # few operands); explicit paths and optimizer objects are called once.
@@ -177,39 +177,35 @@ class _Found:
 
 
 def _found(request: PlanRequest) -> _Found:
-    """`_search` for ``request`` (keyed on what the search depends on only)."""
-    r = request
+    """`_search` for ``request``, keyed on what the search depends on only.
+
+    (Its dtype name, placement, gradient, casts and precision do not change
+    the forward search: plans that differ in them share it.)
+    """
     return _search(
-        r.equation,
-        r.itemsize,
-        r.memory_limit,
-        r.optimize,
-        r.semiring,
-        r.profile,
-        r.tree,
+        replace(
+            request,
+            dtype="",
+            placement=ONE_DEVICE,
+            gradient=False,
+            cast_bytes=0,
+            precision=None,
+        )
     )
 
 
 @lru_cache(maxsize=256)
-def _search(
-    equation: Equation,
-    itemsize: int,
-    memory_limit: int,
-    optimize: object,
-    semiring: str,
-    profile: Profile,
-    tree: Found | None = None,
-) -> _Found:
+def _search(request: PlanRequest) -> _Found:
     """Path and forward slicing: the fastest estimate within the limit.
 
-    ``tree``: a tree searched already, taken instead of searching one.
+    A ``request.tree`` (searched already) is taken instead of searching one.
     """
-    semiring_named(semiring)  # refuses an unknown name
-    run = _ForwardSearch(
-        equation, itemsize, memory_limit, optimize, semiring, profile, tree
-    )
+    equation, memory_limit = request.equation, request.memory_limit
+    semiring_named(request.semiring)  # refuses an unknown name
+    run = _ForwardSearch(request)
     forward = run.slicing(run.tree_path)
-    if not forward.fits and tree is None and isinstance(optimize, str | bool):
+    fixed = request.tree is not None or not isinstance(request.optimize, str | bool)
+    if not forward.fits and not fixed:
         forward = run.frugal(forward)
     if not forward.fits:
         raise MemoryLimitError(
@@ -234,22 +230,14 @@ class _ForwardSearch:
     that fits the limit, across searches: the runners-up of the ranking.
     """
 
-    def __init__(
-        self,
-        equation: Equation,
-        itemsize: int,
-        memory_limit: int,
-        optimize: object,
-        semiring: str,
-        profile: Profile,
-        tree: Found | None = None,
-    ):
-        self.equation = equation
-        self.itemsize = itemsize
-        self.memory_limit = memory_limit
-        self.optimize = optimize
-        self.semiring = semiring
-        self.profile = profile
+    def __init__(self, request: PlanRequest):
+        self.equation = equation = request.equation
+        self.itemsize = itemsize = request.itemsize
+        self.memory_limit = memory_limit = request.memory_limit
+        self.optimize = optimize = request.optimize
+        self.semiring = semiring = request.semiring
+        self.profile = profile = request.profile
+        tree = request.tree
         self.prepared = prepare_terms(equation)
         self.bodies: dict[tuple[int, ...], Body] = {}
         self.fitting: dict[tuple, tuple[Body, dict[int, int], Cost]] = {}
@@ -275,7 +263,7 @@ class _ForwardSearch:
         if tree is not None:  # a tree searched already (pgm's)
             self.tree_path, self.searched = tree.path, tree.sliced
         elif search is not None:
-            tree = search_tree(
+            found = search_tree(
                 self.prepared,
                 output,
                 sizes,
@@ -290,7 +278,7 @@ class _ForwardSearch:
                 given=equation.terms,
                 runs=PLAN_RUNS if search.runs is None else search.runs,
             )
-            self.tree_path, self.searched = tree.path, tree.sliced
+            self.tree_path, self.searched = found.path, found.sliced
         else:
             self.tree_path = self.path(sizes, optimize)
 
@@ -513,8 +501,8 @@ def _fit_derivative(request: PlanRequest, found: _Found) -> _Parts | None:
         if target <= 0:
             break
         try:
-            tight = _search(
-                equation, itemsize, target, research, request.semiring, profile
+            tight = _found(
+                replace(request, memory_limit=target, optimize=research, tree=None)
             )
         except MemoryLimitError:
             break
