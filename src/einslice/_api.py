@@ -536,8 +536,9 @@ def _plan(
         cast,
         precision,
     )
-    # Plans are cached on the request; an unhashable optimizer object or
-    # precision (rare: most are hashable) is planned afresh each call.
+    # Plans are cached on the request. (An unhashable optimizer object is
+    # not planned afresh, as this meant to: the planner's inner caches refuse
+    # it with a TypeError, as they did before the request; most are hashable.)
     cached = _hashable(request)
     planner = make_plan if cached else make_plan.__wrapped__
     try:

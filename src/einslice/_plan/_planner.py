@@ -622,6 +622,13 @@ def with_other_executors(
     measuring then never keeps a program slower than the peer's own. Each is
     made as a plan of its own (`_plan_of`), not a copy with its executor
     changed.
+
+    Example (a "max" plan: ``jnp.einsum`` computes sums only):
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("ij,jk->ik", 2), ((8, 8),) * 2)
+        >>> request = PlanRequest(eq, 4, "float32", 2**20, semiring="max")
+        >>> [p.executor for p in with_other_executors(request, count=1)]
+        ['einslice']
     """
     ranked = _ranked(request, count)
     chosen = [_plan_of(request, parts) for parts in ranked]
