@@ -7,6 +7,7 @@ the Plan object.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 
@@ -403,6 +404,36 @@ def test_mixed_dtypes_promote_like_jnp(a, b, sliced):
     low = {jnp.dtype(jnp.bfloat16), jnp.dtype(np.float16)}
     rtol = 2e-2 if {jnp.dtype(a), jnp.dtype(b)} & low else 1e-5
     assert_matches_jnp([subscripts, *ops], {"memory_limit": limit}, rtol=rtol)
+
+
+@dataclasses.dataclass
+class _CountingOptimizer:
+    """A path optimizer whose class defines __eq__ but not __hash__."""
+
+    calls: int = 0
+
+    def __call__(self, inputs, output, sizes, memory_limit=None):
+        self.calls += 1
+        return [(0, 1)] * (len(inputs) - 1)
+
+
+def test_an_unhashable_optimizer_object_is_used_and_planned_once():
+    # A plain @dataclass is unhashable: plans are cached on their request,
+    # and hashing it made every call fail with a TypeError.
+    optimizer = _CountingOptimizer()
+    ops = _ops_for([(3, 4), (4, 5), (5, 2)])
+    for _ in range(2):
+        out = einslice.einsum("ij,jk,kl->il", *ops, optimize=optimizer)
+        np.testing.assert_allclose(out, np.einsum("ij,jk,kl->il", *ops), rtol=1e-10)
+    assert optimizer.calls == 1  # cached by the object's identity
+    other = _CountingOptimizer()
+    einslice.plan("ij,jk,kl->il", *ops, optimize=other)
+    assert other.calls == 1  # another object is another key
+
+
+def test_an_unhashable_optimize_that_is_not_callable_is_refused_clearly():
+    with pytest.raises(einslice.EinsliceError, match="is not understood"):
+        einslice.plan("ij,jk->ik", (2, 3), (3, 4), optimize={"x": 1})
 
 
 OPTIMIZERS = [

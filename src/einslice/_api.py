@@ -536,18 +536,15 @@ def _plan(
         cast,
         precision,
     )
-    # Plans are cached on the request. (An unhashable optimizer object is
-    # not planned afresh, as this meant to: the planner's inner caches refuse
-    # it with a TypeError, as they did before the request; most are hashable.)
-    cached = _hashable(request)
-    planner = make_plan if cached else make_plan.__wrapped__
+    # Plans are cached on the request (an unhashable optimizer object is
+    # keyed by its identity: ``_order.optimize_key``).
     try:
-        p = planner(request)
+        p = make_plan(request)
     except MemoryLimitError as error:
         if not cast:
             raise
         raise _cast_limit_error(error, limit, cast, dtype) from None
-    if request.placement.single and cached and tune != "estimate":
+    if request.placement.single and tune != "estimate":
         # wisdom for the default limit is kept as "default": the limit itself
         # depends on the free memory, which differs from one process to the next
         limit_key = "default" if memory_limit is None else limit
@@ -613,14 +610,6 @@ def _tuned(
         platform=platform(),
     )
     return _choose.choose(p, tune, tuning).plan
-
-
-def _hashable(x) -> bool:
-    try:
-        hash(x)
-    except TypeError:
-        return False
-    return True
 
 
 def _compute_dtype(arrays, ring: Semiring) -> np.dtype:

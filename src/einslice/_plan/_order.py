@@ -45,10 +45,56 @@ _DP_MAX_OPERANDS = 12
 
 
 def optimize_key(optimize: object) -> object:
-    """``optimize`` in a hashable form that ``find_path`` accepts (plan caches)."""
+    """``optimize`` in a hashable form that ``find_path`` accepts (plan caches).
+
+    An explicit path becomes a tuple of tuples; a path optimizer that cannot
+    be hashed (a class defining ``__eq__`` but not ``__hash__``, such as a
+    plain ``@dataclass``) is keyed by its identity (`ByIdentity`), as
+    functions and most optimizer objects already are.
+
+    Example:
+        >>> optimize_key([[0, 1], [0, 1]])
+        ((0, 1), (0, 1))
+    """
     if isinstance(optimize, list | tuple):
         return normalize_path(optimize)
+    try:
+        hash(optimize)
+    except TypeError:
+        if not callable(optimize):
+            raise EinsliceError(
+                f"optimize={optimize!r} is not understood; pass one of "
+                f"{list(_NAMED)}, True, False, an explicit path such as "
+                "[(0, 1), (0, 1)], or a path optimizer object such as "
+                "cotengra.HyperOptimizer()."
+            ) from None
+        return ByIdentity(optimize)
     return optimize
+
+
+@dataclass(frozen=True, eq=False)
+class ByIdentity:
+    """An unhashable path optimizer, hashed and compared by identity.
+
+    Why: plans are cached on their request, ``optimize`` included; an
+    optimizer whose class defines ``__eq__`` without ``__hash__`` made every
+    call fail with a TypeError. Called as the optimizer itself; its ``repr``
+    is the optimizer's (tuning's wisdom keys are made from it).
+    """
+
+    optimizer: Callable[..., object]
+
+    def __call__(self, *args, **kwargs) -> object:
+        return self.optimizer(*args, **kwargs)
+
+    def __hash__(self) -> int:
+        return id(self.optimizer)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ByIdentity) and other.optimizer is self.optimizer
+
+    def __repr__(self) -> str:
+        return repr(self.optimizer)
 
 
 def normalize_path(path: Sequence[object]) -> Path:
