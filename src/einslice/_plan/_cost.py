@@ -222,10 +222,11 @@ def _steps_peak(
     peak = live
     made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
     ring = body.ring
+    entries = _node_sizes(body, local)
     for s, step in enumerate(body.steps):
         left, right = nodes[step.left], nodes[step.right]
-        size_l, size_r = _numel(left, local), _numel(right, local)
-        size_out = _numel(step.result, local)
+        size_l, size_r = entries[step.left], entries[step.right]
+        size_out = entries[n_ops + s]
         if not chunks and s == len(body.steps) - 1 and step.result == body.output:
             size_out = 0  # the last step writes the output buffer itself
         transient = _step_transient(ring, step, left, right, local, tangent)
@@ -302,16 +303,18 @@ def _step_residuals(body: Body, local: tuple[int, ...]) -> int:
     """
     ring = body.ring
     nodes = _node_terms(body)
+    entries = _node_sizes(body, local)
+    n_ops = len(body.prepared)
     residuals = 0
-    for step in body.steps:
+    for s, step in enumerate(body.steps):
         if not step.contracted:
             continue
         left, right = nodes[step.left], nodes[step.right]
         if ring.contracts_by_union(_numel(step.contracted, local)):
             residuals += _numel(_unique(left + right), local)
         elif ring.shifted_exp_dot:
-            residuals += _numel(step.result, local)
-            residuals += _numel(left, local) + _numel(right, local)
+            residuals += entries[n_ops + s]
+            residuals += entries[step.left] + entries[step.right]
     return residuals
 
 
@@ -429,11 +432,13 @@ def _step_work(
     """
     units = _units(profile)
     nodes = _node_terms(body)
+    entries = _node_sizes(body, local)
+    n_ops = len(body.prepared)
     flops, traffic = 0, 0.0
-    for step in body.steps:
+    for s, step in enumerate(body.steps):
         left, right = nodes[step.left], nodes[step.right]
-        size_l, size_r = _numel(left, local), _numel(right, local)
-        size_out = _numel(step.result, local)
+        size_l, size_r = entries[step.left], entries[step.right]
+        size_out = entries[n_ops + s]
         flops += step_flops(step, left, right, local)
         traffic += _bytes_cost((size_l + size_r + size_out) * itemsize, profile, units)
         traffic += _gemm_penalty(step, left, right, local, profile, units)
@@ -451,6 +456,17 @@ def _step_work(
 def _node_terms(body: Body) -> list[tuple[int, ...]]:
     """Indices of every node: prepared operands, then each step's result."""
     return [*body.prepared, *(s.result for s in body.steps)]
+
+
+@lru_cache(maxsize=64)
+def _node_sizes(body: Body, local: tuple[int, ...]) -> tuple[int, ...]:
+    """Entries of every node (`_node_terms`) in a chunk of ``local`` sizes.
+
+    Cached: a chunking's peak, residuals and work all read them. Recomputed
+    in each, they were ~1.2 million products in the planning of one
+    755-step graphical model (Grids_15: 1.8 s of its 7.4 s).
+    """
+    return tuple(_numel(t, local) for t in _node_terms(body))
 
 
 def _final_term(body: Body) -> tuple[int, ...]:
