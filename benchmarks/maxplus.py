@@ -10,7 +10,8 @@ Side by side in one process, medians of interleaved rounds after a warm-up:
   on UAI instances (planning and compiling included; ``--pgm-files``).
 
 Usage: ``python benchmarks/maxplus.py [--reps 9] [--pgm]``; prints the table
-and, with ``--write``, writes it to ``benchmarks/results/maxplus.md``.
+and, with ``--write``, adds it at the top of ``benchmarks/results/maxplus.md``.
+``EINSLICE_NATIVE=0`` measures the XLA path instead of the native kernel.
 """
 
 from __future__ import annotations
@@ -145,10 +146,15 @@ def main(argv=None):
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     print(text)
-    if args.write:
+    if args.write:  # newest first; earlier runs stay below, never lost
         os.makedirs(RESULTS, exist_ok=True)
-        with open(os.path.join(RESULTS, "maxplus.md"), "w") as f:
-            f.write(text)
+        path = os.path.join(RESULTS, "maxplus.md")
+        earlier = ""
+        if os.path.exists(path):
+            with open(path) as f:
+                earlier = f.read().split("\n", 1)[-1]  # less its title line
+        with open(path, "w") as f:
+            f.write(text + earlier)
 
 
 if __name__ == "__main__":
