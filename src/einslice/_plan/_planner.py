@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import prod
 
@@ -24,7 +24,7 @@ from ._request import PlanRequest
 from ._search import PLAN_RUNS, TreeSearch, search_tree
 from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
-from ._types import ONE_DEVICE, Cost, Equation, Plan
+from ._types import ONE_DEVICE, Cost, Derivative, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
 # few operands); explicit paths and optimizer objects are called once.
@@ -114,6 +114,18 @@ def _planned(request: PlanRequest, probe: bool = False) -> _Parts:
 
 
 @dataclass(frozen=True, slots=True)
+class _Derived:
+    """The derivative's parts: its slicing and the gradient limit.
+
+    ``gradient_limit``: the smallest limit under which the derivative fits.
+    Both in the steps' own figures, as `_Parts`'s.
+    """
+
+    tangent: Slicing
+    gradient_limit: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Parts:
     """What a `Plan` is made of, as the planner finds it (the steps' own figures).
 
@@ -121,14 +133,101 @@ class _Parts:
     ``hoisted`` the steps run once after the chunk loop, ``gradient_limit``
     the smallest limit under which the derivative fits: all within the
     request's ``memory_limit``, without the operands' promotion copies
-    (`_plan_of` adds them).
+    (`_plan_of` adds them). ``derived``: the derivative's parts, or (a
+    value-only plan's, see `_finish`) what finds them on first use.
     """
 
     body: Body
     forward: Slicing
-    tangent: Slicing
     hoisted: int
-    gradient_limit: int
+    derived: _Derived | Deferred
+
+    @property
+    def tangent(self) -> Slicing:
+        """The derivative pass's slicing and cost (found now if deferred)."""
+        return _derived_of(self.derived).tangent
+
+    @property
+    def gradient_limit(self) -> int:
+        """The smallest limit under which the derivative fits (ditto)."""
+        return _derived_of(self.derived).gradient_limit
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A value-only plan's derivative, found on first use (a `DerivativeSource`).
+
+    Planning the value alone (no ``gradient=True``) used to slice the
+    derivative too, for a derivative that is then never taken (Grids_15's
+    partition function: `make_plan` 1.32 s, 0.41 s deferred). The derivative's
+    slicing and gradient limit are a pure function of what this holds: the
+    request, the body and the chunks the derivative's search may descend from
+    (the forward's, in their order); `resolve` finds them once (cached),
+    exactly as `_finish` would have. Only plans whose forward pass does not
+    depend on them are deferred (no hoistable steps: see `_finish`).
+
+    Hashed and compared by those three, which fix the derivative: plans that
+    compare equal take the same derivative (the hash is kept: jit hashes a
+    plan, a static argument, at each call).
+    """
+
+    request: PlanRequest
+    body: Body
+    seeds: tuple[tuple[int, int], ...]
+    key: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key", hash((self.request, self.body, self.seeds)))
+
+    def __hash__(self) -> int:
+        return self.key
+
+    def resolve(self) -> Derivative:
+        """The plan's `Derivative` (its figures with the promotion copies)."""
+        return _plan_derivative(self)
+
+
+@lru_cache(maxsize=1024)
+def _deferred_parts(deferred: Deferred) -> _Derived:
+    """What `_finish` finds for the derivative of a value-only plan.
+
+    The same calls in the same order: the slicing (descending from the
+    forward's chunks too when none fits), re-spread over the devices, and
+    the gradient limit re-planned when the derivative does not fit. (No
+    hoisting: only bodies without hoistable steps are deferred.)
+    """
+    request, body = deferred.request, deferred.body
+    sizes, itemsize = request.equation.sizes, request.itemsize
+    limit, profile = request.memory_limit, request.profile
+    seeds = dict(deferred.seeds)
+    tangent = _tangent_slicing(body, sizes, itemsize, limit, profile, seeds)
+    if request.placement.spread > 1:
+        tangent = _spread_pass(request, body, tangent, is_tangent=True)
+    return _Derived(tangent, _gradient_limit_of(request, tangent, probe=False))
+
+
+def _derived_of(derived: _Derived | Deferred) -> _Derived:
+    """The derivative's parts, found now when they were deferred."""
+    return _deferred_parts(derived) if isinstance(derived, Deferred) else derived
+
+
+@lru_cache(maxsize=1024)
+def _plan_derivative(deferred: Deferred) -> Derivative:
+    """A deferred derivative in the plan's figures (`_derivative_of`)."""
+    return _derivative_of(_deferred_parts(deferred), deferred.request.cast_bytes)
+
+
+def _derivative_of(derived: _Derived, cast: int) -> Derivative:
+    """The derivative's parts as a plan states them: with the promotion copies.
+
+    The derivative holds each operand's copy and its tangent.
+    """
+    tangent = derived.tangent
+    return Derivative(
+        chunks=tuple(sorted(tangent.chunks.items())),
+        cost=replace(tangent.cost, peak_bytes=tangent.cost.peak_bytes + 2 * cast),
+        gradient_limit=derived.gradient_limit + 2 * cast,
+    )
 
 
 def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") -> Plan:
@@ -136,11 +235,11 @@ def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") ->
 
     The operands' promotion copies (``cast_bytes``) are temporaries too: the
     forward pass holds each copy, the derivative each copy and its tangent.
+    A deferred derivative stays deferred (the plan holds `Deferred`).
     """
     cast, equation, placement = request.cast_bytes, request.equation, request.placement
-    forward, tangent = parts.forward, parts.tangent
+    forward, derived = parts.forward, parts.derived
     return Plan(
-        gradient_limit=parts.gradient_limit + 2 * cast,
         equation=equation,
         semiring=request.semiring,
         itemsize=request.itemsize,
@@ -148,11 +247,10 @@ def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") ->
         steps=parts.body.steps,
         path=_path_of(parts.body),
         chunks=tuple(sorted(forward.chunks.items())),
-        tangent_chunks=tuple(sorted(tangent.chunks.items())),
-        cost=replace(forward.cost, peak_bytes=forward.cost.peak_bytes + cast),
-        tangent_cost=replace(
-            tangent.cost, peak_bytes=tangent.cost.peak_bytes + 2 * cast
+        derivative=(
+            derived if isinstance(derived, Deferred) else _derivative_of(derived, cast)
         ),
+        cost=replace(forward.cost, peak_bytes=forward.cost.peak_bytes + cast),
         naive_flops=naive_flops(equation.terms, equation.sizes),
         memory_limit=request.memory_limit + cast,
         dtype=request.dtype,
@@ -408,10 +506,21 @@ def _finish(
     ``probe``: the gradient limit is left a lower bound (not re-planned).
     ``tangent_seeds``: where the derivative's slicing may descend from
     besides none when that does not fit (default the forward's chunks).
+
+    A request without ``gradient`` (not probing) whose body has no hoistable
+    steps gets its derivative deferred (`Deferred`, found on first use):
+    the forward pass does not depend on it then. (Hoisting does: the final
+    products leave the loop only when the derivative's slicing fits beside
+    their buffers, so a body with hoistable steps slices its derivative now.)
     """
     sizes, itemsize = request.equation.sizes, request.itemsize
     limit, profile = request.memory_limit, request.profile
     seeds = forward.chunks if tangent_seeds is None else tangent_seeds
+    if not request.gradient and not probe and not hoistable_steps(body):
+        if request.placement.spread > 1:
+            forward = _spread_pass(request, body, forward, is_tangent=False)
+        key = replace(request, precision=None)  # (it changes no derivative)
+        return _Parts(body, forward, 0, Deferred(key, body, tuple(seeds.items())))
     tangent = _tangent_slicing(body, sizes, itemsize, limit, profile, seeds)
     if request.placement.spread > 1:
         forward, tangent = _spread(request, body, forward, tangent)
@@ -420,12 +529,22 @@ def _finish(
         hoisted, forward, tangent = _hoist(
             body, sizes, itemsize, limit, forward, tangent
         )
-    gradient_limit = limit
-    if tangent.cost.peak_bytes > limit:
-        gradient_limit = tangent.cost.peak_bytes  # a lower bound, when probing
-        if not probe:
-            gradient_limit = _gradient_limit(request, gradient_limit)
-    return _Parts(body, forward, tangent, hoisted, gradient_limit)
+    gradient_limit = _gradient_limit_of(request, tangent, probe)
+    return _Parts(body, forward, hoisted, _Derived(tangent, gradient_limit))
+
+
+def _gradient_limit_of(request: PlanRequest, tangent: Slicing, probe: bool) -> int:
+    """The gradient limit of a derivative sliced as ``tangent``.
+
+    The request's limit when it fits; else re-planned (`_gradient_limit`),
+    or when probing its peak (a lower bound).
+    """
+    limit = request.memory_limit
+    if tangent.cost.peak_bytes <= limit:
+        return limit
+    if probe:
+        return tangent.cost.peak_bytes
+    return _gradient_limit(request, tangent.cost.peak_bytes)
 
 
 def _tangent_slicing(
@@ -722,26 +841,35 @@ def _spread(
     request: PlanRequest, body: Body, forward: Slicing, tangent: Slicing
 ) -> tuple[Slicing, Slicing]:
     """Re-slice both passes so that every device gets summed chunks to scan."""
+    return (
+        _spread_pass(request, body, forward, is_tangent=False),
+        _spread_pass(request, body, tangent, is_tangent=True),
+    )
+
+
+def _spread_pass(
+    request: PlanRequest, body: Body, chosen: Slicing, is_tangent: bool
+) -> Slicing:
+    """One pass re-sliced so that every device gets summed chunks to scan.
+
+    Kept only within the limit (else this pass runs on one device).
+    """
     sizes, itemsize = request.equation.sizes, request.itemsize
     limit, devices = request.memory_limit, request.placement.spread
     indices = [i for t in body.terms for i in t]
-    out = []
-    for chosen, is_tangent in ((forward, False), (tangent, True)):
-        chunks = spread_chunks(sizes, body.output, indices, chosen.chunks, devices)
-        if chunks != chosen.chunks:
-            cost = evaluate(
-                body,
-                sizes,
-                chunks,
-                itemsize,
-                tangent=is_tangent,
-                profile=request.profile,
-            )
-            # Kept only within the limit (else this pass runs on one device).
-            if cost.peak_bytes <= max(limit, chosen.cost.peak_bytes):
-                chosen = Slicing(chunks, cost, chosen.fits)
-        out.append(chosen)
-    return out[0], out[1]
+    chunks = spread_chunks(sizes, body.output, indices, chosen.chunks, devices)
+    if chunks != chosen.chunks:
+        cost = evaluate(
+            body,
+            sizes,
+            chunks,
+            itemsize,
+            tangent=is_tangent,
+            profile=request.profile,
+        )
+        if cost.peak_bytes <= max(limit, chosen.cost.peak_bytes):
+            chosen = Slicing(chunks, cost, chosen.fits)
+    return chosen
 
 
 def _key(chunks: dict[int, int]) -> tuple[int, ...]:

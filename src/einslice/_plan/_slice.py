@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 from ._cost import ranking
 from ._profile import CPU_DEFAULT, Profile
-from ._types import Cost, Plan
+from ._types import Cost, Derivative, DerivativeSource, Plan
 
 Evaluate = Callable[[dict[int, int]], Cost]
 
@@ -292,19 +292,42 @@ def shard_plan(plan: Plan) -> Plan:
     sizes = list(plan.equation.sizes)
     sizes[index] = extent
 
-    def local(chunks: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-        return tuple(
-            (i, balanced_chunk(extent, min(c, extent)) if i == index else c)
-            for i, c in chunks
-        )
-
     return replace(
         plan,
         equation=replace(plan.equation, sizes=tuple(sizes)),
-        chunks=local(plan.chunks),
-        tangent_chunks=local(plan.tangent_chunks),
+        chunks=_local_chunks(plan.chunks, index, extent),
+        derivative=_ShardDerivative(plan.derivative, index, extent),
         devices=1,
         mesh=None,
         mesh_axis=None,
         sharded=None,
     )
+
+
+def _local_chunks(
+    chunks: tuple[tuple[int, int], ...], index: int, extent: int
+) -> tuple[tuple[int, int], ...]:
+    """``chunks`` on one device's shard: ``index`` has ``extent`` there."""
+    return tuple(
+        (i, balanced_chunk(extent, min(c, extent)) if i == index else c)
+        for i, c in chunks
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _ShardDerivative:
+    """`shard_plan`'s derivative: ``source``'s chunks on one device's shard.
+
+    Resolved when the derivative is (a value-only plan's is found on first
+    use: running the forward pass on shards does not find it).
+    """
+
+    source: DerivativeSource
+    index: int
+    extent: int
+
+    def resolve(self) -> Derivative:
+        """The derivative as one device runs it on its shard."""
+        whole = self.source.resolve()
+        chunks = _local_chunks(whole.chunks, self.index, self.extent)
+        return Derivative(chunks, whole.cost, whole.gradient_limit)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from math import prod
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from ._profile import Profile
 from ._semiring import Semiring, semiring_named
@@ -108,6 +108,39 @@ class Cost:
     flops: int
     peak_bytes: int
     time: float
+
+
+@dataclass(frozen=True, slots=True)
+class Derivative:
+    """A plan's derivative pass: its chunks, its cost and the gradient limit.
+
+    ``chunks`` maps each index the derivative slices to its chunk size;
+    ``cost`` is that pass's (its peak with the operands' promotion copies
+    and their tangents); ``gradient_limit`` the smallest memory limit under
+    which derivatives fit (re-planned at that limit, so retrying with it
+    succeeds), the plan's memory limit when they fit already.
+    """
+
+    chunks: tuple[tuple[int, int], ...]
+    cost: Cost
+    gradient_limit: int
+
+    def resolve(self) -> Derivative:
+        """Itself (a `DerivativeSource` found already)."""
+        return self
+
+
+class DerivativeSource(Protocol):
+    """A plan's `Derivative`, or what finds it on first use.
+
+    A plan made without ``gradient=True`` holds the second kind
+    (``_planner.Deferred``: its request, body and the forward's chunks;
+    hashable and compared by them), so that planning the value alone skips
+    the derivative's slicing search; ``resolve`` runs it once (cached), when
+    a derivative is traced or the plan described.
+    """
+
+    def resolve(self) -> Derivative: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,8 +248,10 @@ class Plan(Steps):
 
     ``chunks`` maps each sliced index to its chunk size (the forward pass);
     ``tangent_chunks`` does the same for the derivative pass, which keeps more
-    alive per chunk. ``prepared`` gives each operand's indices after taking
-    diagonals and summing indices no other operand or the output has.
+    alive per chunk (``derivative``: found on first use when the plan was
+    made without ``gradient=True``). ``prepared`` gives each operand's
+    indices after taking diagonals and summing indices no other operand or
+    the output has.
 
     Example:
         >>> import einslice
@@ -232,9 +267,11 @@ class Plan(Steps):
     steps: tuple[Step, ...]
     path: tuple[tuple[int, ...], ...]
     chunks: tuple[tuple[int, int], ...]
-    tangent_chunks: tuple[tuple[int, int], ...]
+    # The derivative pass (`Derivative`; `tangent_chunks`, `tangent_cost`
+    # and `gradient_limit` read it): found on first use for a plan made
+    # without ``gradient=True`` (see `DerivativeSource`).
+    derivative: DerivativeSource
     cost: Cost
-    tangent_cost: Cost
     naive_flops: int
     memory_limit: int
     dtype: str = field(default="float32")
@@ -242,9 +279,6 @@ class Plan(Steps):
     # ``mesh_axis`` of ``mesh`` (a ``jax.sharding.Mesh``, kept opaque here so
     # planning never imports JAX; None means the first ``devices`` devices).
     devices: int = 1
-    # The smallest memory_limit under which derivatives fit (re-planned at that
-    # limit, so retrying with it succeeds); memory_limit when they fit already.
-    gradient_limit: int = 0
     mesh: object = None
     mesh_axis: str | None = None
     # The index along which the operands arrive split across the mesh axis
@@ -276,6 +310,25 @@ class Plan(Steps):
     def ring(self) -> Semiring:
         """The `Semiring` that ``semiring`` names."""
         return semiring_named(self.semiring)
+
+    @property
+    def tangent_chunks(self) -> tuple[tuple[int, int], ...]:
+        """Sliced indices and their chunk sizes in the derivative pass."""
+        return self.derivative.resolve().chunks
+
+    @property
+    def tangent_cost(self) -> Cost:
+        """What the derivative pass costs (its predicted peak, FLOPs, time)."""
+        return self.derivative.resolve().cost
+
+    @property
+    def gradient_limit(self) -> int:
+        """The smallest memory_limit under which derivatives fit.
+
+        Re-planned at that limit, so that retrying with it succeeds;
+        ``memory_limit`` when they fit already.
+        """
+        return self.derivative.resolve().gradient_limit
 
     @property
     def sliced(self) -> dict[str, int]:
