@@ -11,6 +11,8 @@ turns it off.
 
 from __future__ import annotations
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -222,3 +224,25 @@ def test_empty_operands(shape):
     assert (got == -np.inf).all()
     out = run(np.swapaxes(a, 1, 2), b)
     assert out.shape == (batch, m, n) and (out == -np.inf).all()
+
+
+def test_a_compiler_that_refuses_march_native_still_builds(monkeypatch, tmp_path):
+    """Built without -march=native where the compiler rejects it."""
+    real = shutil.which("c++") or shutil.which("g++")
+    assert real is not None
+    picky = tmp_path / "picky-c++"
+    picky.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do [ "$a" = -march=native ] && '
+        "{ echo 'unsupported -march=native' >&2; exit 1; }; done\n"
+        f'exec {real} "$@"\n'
+    )
+    picky.chmod(0o755)
+    monkeypatch.setenv("CXX", str(picky))
+    monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path / "cache"))
+    _native._library.cache_clear()
+    try:
+        library, reason = _native._library()
+        assert library is not None and library.exists(), reason
+    finally:
+        _native._library.cache_clear()

@@ -208,20 +208,21 @@ def _library() -> tuple[Path | None, str]:
         library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
             built = Path(scratch) / library.name
-            command = [
-                compiler,
-                *FLAGS,
-                f"-I{jax.ffi.include_dir()}",
-                "-o",
-                str(built),
-                str(SOURCE),
-            ]
-            done = subprocess.run(
-                command, capture_output=True, text=True, timeout=COMPILE_SECONDS
-            )
-            if done.returncode != 0:
-                tail = done.stderr.strip().splitlines()[-3:]
-                return None, f"{' '.join(command)} failed: {' / '.join(tail)}"
+            failures = []
+            # -march=native first; without it where the compiler refuses it
+            # (the kernel is correct either way, only its vectors narrower)
+            for flags in (FLAGS, tuple(f for f in FLAGS if f != "-march=native")):
+                command = [compiler, *flags, f"-I{jax.ffi.include_dir()}"]
+                command += ["-o", str(built), str(SOURCE)]
+                done = subprocess.run(
+                    command, capture_output=True, text=True, timeout=COMPILE_SECONDS
+                )
+                if done.returncode == 0:
+                    break
+                tail = " / ".join(done.stderr.strip().splitlines()[-3:])
+                failures.append(f"{' '.join(command)} failed: {tail}")
+            else:
+                return None, failures[0]
             os.replace(built, library)  # atomic: concurrent builds are safe
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"building in {library.parent} failed: {err}"
