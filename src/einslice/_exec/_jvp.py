@@ -155,6 +155,13 @@ def tangent_sweep(
     attains the maximum. With ``part`` (one device's share of the summed
     chunks), "max" returns ``(tangent, taken)`` so that devices can agree on
     the first (see ``_shard.tangent_reduce``).
+
+    "max" folds the chunks in from the last to the first, each attaining
+    chunk overwriting the tangent, so the first one's stays. Folding them
+    forwards, with a mask of the entries already taken in the carry, made
+    that mask (primal values, changing per chunk) a residual of reverse mode
+    for every chunk: the seed formula at n=64 under 459 kB compiled 8.6 MB
+    (2048 chunks of a 4 kB mask), at n=256 under 9.96 MB 1.08 GB.
     """
     chunks = dict(plan.tangent_chunks)
     ring = plan.ring
@@ -162,7 +169,7 @@ def tangent_sweep(
 
     def init(shape, _starts):
         tangent = jnp.zeros(shape, out.dtype)
-        return (tangent, jnp.zeros(shape, bool)) if ring.selective else tangent
+        return (tangent, jnp.zeros(shape, bool)) if keep_taken else tangent
 
     def step(carry, starts, valid):
         value, tangent = _chunk_jvp(
@@ -172,12 +179,22 @@ def tangent_sweep(
         return _fold_tangent(ring, carry, value, tangent, block)
 
     def finish(carry, _starts):
-        return carry[0] if ring.selective and not keep_taken else carry
+        return carry
 
     if not chunks:
         return finish(step(init(out.shape, {}), {}, {}), {})
     dtype = (out.dtype, jnp.dtype(bool)) if keep_taken else out.dtype
-    return sweep(plan, chunks, dtype, init, step, finish, checkpoint=True, part=part)
+    return sweep(
+        plan,
+        chunks,
+        dtype,
+        init,
+        step,
+        finish,
+        checkpoint=True,
+        part=part,
+        reverse=ring.selective,
+    )
 
 
 def _chunk_jvp(
@@ -221,12 +238,16 @@ def _fold_tangent(
     """Add one chunk's tangent into the carry by the semiring's derivative rule.
 
     ``total()`` gives the output block the chunk's ``value`` was summed into
-    (called only by the rules that need it).
+    (called only by the rules that need it). "max" replaces the carried
+    tangent where the chunk attains the maximum (chunks come last first, see
+    `tangent_sweep`); a carry ``(tangent, taken)`` also marks where any did.
     """
     if ring.selective:
-        acc, taken = carry
-        hit = (value == total()) & ~taken
-        return acc + jnp.where(hit, tangent, 0), taken | hit
+        hit = value == total()
+        if isinstance(carry, tuple):
+            acc, taken = carry
+            return jnp.where(hit, tangent, acc), taken | hit
+        return jnp.where(hit, tangent, carry)
     if ring.weights_tangents:
         block = total()
         finite = jnp.isfinite(block)

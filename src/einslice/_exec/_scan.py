@@ -127,12 +127,14 @@ def sweep(
     finish: Finish,
     checkpoint: bool = False,
     part: Part | None = None,
+    reverse: bool = False,
 ) -> jax.Array:
     """Loop ``step`` over all chunks and assemble the full output.
 
     For each output block: ``init`` makes a carry, ``step`` folds in each
     summed chunk, ``finish`` turns the carry into the block (an array, or a
-    tuple of arrays with ``out_dtype`` a matching tuple of dtypes).
+    tuple of arrays with ``out_dtype`` a matching tuple of dtypes). With
+    ``reverse``, the summed chunks are folded in from the last to the first.
 
     With ``part``, only summed chunk numbers [start, start + count) are
     folded in (one device's share, see ``_shard.py``); numbers past the grid
@@ -150,7 +152,15 @@ def sweep(
         if not sum_indices:
             return finish(step(carry, out_starts, {}), out_starts)
         carry = _fold_chunks(
-            step, carry, out_starts, sizes, chunks, sum_indices, checkpoint, part
+            step,
+            carry,
+            out_starts,
+            sizes,
+            chunks,
+            sum_indices,
+            checkpoint,
+            part,
+            reverse,
         )
         return finish(carry, out_starts)
 
@@ -187,10 +197,12 @@ def _fold_chunks(
     sum_indices: Sequence[int],
     checkpoint: bool,
     part: Part | None,
+    reverse: bool = False,
 ) -> Carry:
     """Fold the summed chunks of one output block into ``carry``, in one scan.
 
-    With ``part``, only its share of the chunk numbers (see ``sweep``).
+    With ``part``, only its share of the chunk numbers (see ``sweep``); with
+    ``reverse``, from the last chunk number to the first.
     """
     total = _grid_size(sizes, chunks, sum_indices)
 
@@ -212,19 +224,22 @@ def _fold_chunks(
         body = jax.checkpoint(body)
     first = jnp.int32(0) if part is None else part.start
     length = total if part is None else part.count
-    return _counted_scan(body, carry, first, length)
+    return _counted_scan(body, carry, first, length, reverse)
 
 
-def _counted_scan(body, carry, first: jax.Array, length: int):
+def _counted_scan(body, carry, first: jax.Array, length: int, reverse: bool = False):
     """``lax.scan`` over chunk numbers first, first + 1, ... kept in the carry.
 
-    Scanning over ``jnp.arange(length)`` would materialize 4 bytes per chunk.
+    Or, with ``reverse``, over first + length - 1, ..., first. Scanning over
+    ``jnp.arange(length)`` would materialize 4 bytes per chunk.
     """
+    stride = -1 if reverse else 1
 
     def counted(state, _):
         t, carry = state
         carry, _ = body(carry, t)
-        return (t + 1, carry), None
+        return (t + stride, carry), None
 
-    (_, carry), _ = lax.scan(counted, (first, carry), None, length=length)
+    start = first + (length - 1) if reverse else first
+    (_, carry), _ = lax.scan(counted, (start, carry), None, length=length)
     return carry
