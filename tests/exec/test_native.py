@@ -143,8 +143,7 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch, tmp_path):
     compiler.chmod(0o755)
     monkeypatch.setenv("CXX", str(compiler))
     monkeypatch.setattr(_native, "_registered", None)  # as in a fresh process
-    _native._library.cache_clear()
-    _native._max_plus_kernel.cache_clear()
+    _native._forget()
     try:
         with pytest.warns(_native.NativeWarning, match="no such flag"):
             assert _native.max_plus_kernel() is None
@@ -154,8 +153,7 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch, tmp_path):
         assert max_plus_dot(x, y, (((1,), (0,)), ((), ()))).tolist() == [[5.0]]
     finally:
         monkeypatch.undo()
-        _native._library.cache_clear()
-        _native._max_plus_kernel.cache_clear()
+        _native._forget()
     assert _native.max_plus_kernel() is not None
 
 
@@ -171,18 +169,18 @@ def test_turned_off_by_the_environment(monkeypatch):
 def test_the_cached_library_is_reused(tmp_path, monkeypatch):
     """A second process (here: cleared caches) loads the built file again."""
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path / "cache"))
-    _native._library.cache_clear()
+    _native._forget()
     try:
         first, reason = _native._library()
         assert first is not None and first.exists(), reason
         assert first.parent == tmp_path / "cache" / "kernels"
         stamp = first.stat().st_mtime_ns
-        _native._library.cache_clear()
+        _native._forget()
         again, _ = _native._library()
         assert again == first
         assert first.stat().st_mtime_ns == stamp
     finally:
-        _native._library.cache_clear()
+        _native._forget()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -240,9 +238,32 @@ def test_a_compiler_that_refuses_march_native_still_builds(monkeypatch, tmp_path
     picky.chmod(0o755)
     monkeypatch.setenv("CXX", str(picky))
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path / "cache"))
-    _native._library.cache_clear()
+    _native._forget()
     try:
         library, reason = _native._library()
         assert library is not None and library.exists(), reason
     finally:
-        _native._library.cache_clear()
+        _native._forget()
+
+
+def test_small_products_do_not_build_it(monkeypatch, tmp_path):
+    """On a machine without the library, a small product takes the XLA path
+    (or numpy) at once; only a product worth the build builds it.
+    """
+    monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(_native, "_registered", None)  # as in a fresh process
+    _native._forget()
+    try:
+        assert _native.max_plus_kernel(build=False) is None
+        a, b = np.ones((1, 4, 5)), np.ones((1, 5, 3))
+        assert _native.host_max_plus(a, b) is None  # numpy's blocks run it
+        assert _max_product(a, b).tolist() == [[[2.0] * 3] * 4]
+        x = jnp.ones((4, 5))
+        assert (
+            max_plus_dot(x, x.T, (((1,), (0,)), ((), ()))).tolist() == [[2.0] * 4] * 4
+        )
+        assert "until a product is large enough" in _native.status()
+        assert not (tmp_path / "cache" / "kernels").exists()
+    finally:
+        monkeypatch.undo()
+        _native._forget()

@@ -65,25 +65,45 @@ class NativeWarning(UserWarning):
 MaxPlus = Callable[..., jax.Array]
 
 
-def max_plus_kernel() -> MaxPlus | None:
+# When a product is worth the one-time build (about 3 s, then cached on disk
+# for every later process): a compiled max-plus product of 2^24 pairs (a
+# 256^2 by 256 one) is a loop body run many times, or a call made often; a
+# host walk's product of 2^27 pairs takes numpy about half a second. Smaller
+# products use the kernel once it is built (or found in the cache) and the
+# XLA path, or numpy, before: a small MAP query on a fresh machine then
+# answers in milliseconds, not after a compile.
+BUILD_PAIRS = 1 << 24
+HOST_BUILD_PAIRS = 1 << 27
+
+
+def max_plus_kernel(build: bool = True) -> MaxPlus | None:
     """``out[b, m, n] = max_k lhs[b, k, m] + rhs[b, k, n]`` on the CPU, or None.
 
-    None when the kernel is turned off or cannot be built here. It takes
-    float32 and float64 (both operands of one dtype), any leading batch
-    dimensions, either side as ``[..., m, k]`` / ``[..., n, k]`` instead
-    (``lhs_k_last=True`` / ``rhs_k_last=True``), and follows the max
-    semiring's rules (``-inf + inf`` is ``-inf``; NaN propagates). It has no
-    derivative of its own: callers define one (``_semiring.max_plus_dot``).
+    None when the kernel is turned off or cannot be built here, or (with
+    ``build=False``) is not built yet. It takes float32 and float64 (both
+    operands of one dtype), any leading batch dimensions, either side as
+    ``[..., m, k]`` / ``[..., n, k]`` instead (``lhs_k_last=True`` /
+    ``rhs_k_last=True``), and follows the max semiring's rules (``-inf +
+    inf`` is ``-inf``; NaN propagates). It has no derivative of its own:
+    callers define one (``_semiring.max_plus_dot``).
     """
-    return _max_plus_kernel() if _enabled() else None
+    if not _enabled():
+        return None
+    if _registered is None and not build and _library(build=False)[0] is None:
+        return None
+    return _max_plus_kernel()
 
 
 def status() -> str:
     """How max-plus products run here: the kernel, off, or why not built."""
     if not _enabled():
         return "off (EINSLICE_NATIVE=0): max-plus runs on XLA's path"
-    library, reason = _library()
-    return f"native kernel ({library})" if library else f"XLA path: {reason}"
+    library, reason = (_registered, "") if _registered else _library(build=False)
+    if library is not None:
+        return f"native kernel ({library})"
+    if reason == "not built yet":
+        return "XLA path until a product is large enough to build the kernel for"
+    return f"XLA path: {reason}"
 
 
 def _enabled() -> bool:
@@ -150,28 +170,33 @@ def host_max_plus(lhs: np.ndarray, rhs: np.ndarray) -> np.ndarray | None:
         >>> host_max_plus(a, b).tolist()
         [[[5.0]]]
     """
-    if not _enabled() or lhs.dtype != rhs.dtype or str(lhs.dtype) not in TARGETS:
+    if lhs.dtype != rhs.dtype or str(lhs.dtype) not in TARGETS:
         return None
-    function = _host_function()
-    if function is None:
+    batch, m, depth = lhs.shape
+    n = rhs.shape[2]
+    if max_plus_kernel(build=batch * m * depth * n >= HOST_BUILD_PAIRS) is None:
         return None
     lhs, rhs = np.ascontiguousarray(lhs), np.ascontiguousarray(rhs)
-    batch, m, depth = lhs.shape
-    out = np.empty((batch, m, rhs.shape[2]), lhs.dtype)
-    function(
+    out = np.empty((batch, m, n), lhs.dtype)
+    _host_function()(
         lhs.itemsize, lhs.ctypes.data, rhs.ctypes.data, out.ctypes.data,
-        batch, depth, m, rhs.shape[2], 1, 0, len(os.sched_getaffinity(0)),
+        batch, depth, m, n, 1, 0, _cores(),
     )  # fmt: skip
     return out
 
 
+def _cores() -> int:
+    """The cores this process may run on (all of them where that is unknown)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 @cache
 def _host_function():
-    """The kernel's C entry point for numpy arrays, or None (warned once)."""
-    if _max_plus_kernel() is None:
-        return None
-    library, _ = (_registered, "") if _registered else _library()
-    function = ctypes.CDLL(str(library)).EinsliceMaxPlusHost
+    """The registered library's C entry point for numpy arrays."""
+    assert _registered is not None, "max_plus_kernel() loads the library first"
+    function = ctypes.CDLL(str(_registered)).EinsliceMaxPlusHost
     function.restype = ctypes.c_int
     int64 = ctypes.c_int64
     function.argtypes = [
@@ -188,9 +213,27 @@ def takes(dtype) -> bool:
     return str(jnp.dtype(dtype)) in TARGETS
 
 
+def _library(build: bool = True) -> tuple[Path | None, str]:
+    """The library, built now if it is not in the cache (unless not ``build``).
+
+    Else None and the reason.
+    """
+    library, detail = _located(cache_dir())
+    if library is None:
+        return None, detail
+    if library.exists():
+        return library, ""
+    if not build:
+        return None, "not built yet"
+    return _built(library)
+
+
 @cache
-def _library() -> tuple[Path | None, str]:
-    """The built library (built now if not cached) or None and the reason."""
+def _located(directory: Path) -> tuple[Path | None, str]:
+    """Where this machine's library is or goes in ``directory``.
+
+    With the compiler that builds it; or None and why there is none.
+    """
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if compiler is None:
         return None, "no C++ compiler found (c++, g++, or $CXX)"
@@ -201,9 +244,13 @@ def _library() -> tuple[Path | None, str]:
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"{compiler} --version failed: {err}"
     key = _key(SOURCE.read_bytes(), version, _jaxlib_version(), _cpu())
-    library = cache_dir() / "kernels" / f"max_plus-{key}.so"
-    if library.exists():
-        return library, ""
+    return directory / "kernels" / f"max_plus-{key}.so", compiler
+
+
+@cache
+def _built(library: Path) -> tuple[Path | None, str]:
+    """``library`` compiled (tried once per process), or None and why not."""
+    compiler = _located(library.parent.parent)[1]
     try:
         library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
@@ -227,6 +274,15 @@ def _library() -> tuple[Path | None, str]:
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"building in {library.parent} failed: {err}"
     return library, ""
+
+
+def _forget() -> None:
+    """Forget what this process found or built (tests: a fresh process).
+
+    The library registered with XLA stays registered (`_registered`).
+    """
+    for cached in (_located, _built, _max_plus_kernel, _host_function):
+        cached.cache_clear()
 
 
 def _jaxlib_version() -> str:

@@ -30,7 +30,7 @@ from jax import lax
 from jax.typing import DTypeLike
 
 from .._plan._semiring import LOG, MAX, SUM, Semiring, rules_for_every_semiring
-from ._native import max_plus_kernel, takes
+from ._native import BUILD_PAIRS, max_plus_kernel, takes
 
 DimensionNumbers = tuple[
     tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
@@ -386,8 +386,13 @@ def max_plus_dot(left, right, dims: DimensionNumbers) -> jax.Array:
     left, right = left.astype(dtype), right.astype(dtype)
     # Built only where the CPU is the default backend: a GPU user's programs
     # run on the GPU, and should neither wait for nor warn about a CPU build.
+    # A product too small to pay for the one-time build uses the kernel only
+    # once something built it (`_native.BUILD_PAIRS`).
     on_cpu = jax.default_backend() == "cpu"
-    kernel = max_plus_kernel() if takes(dtype) and on_cpu else None
+    pairs = prod(shape) * prod(left.shape[a] for a in left_c)
+    kernel = None
+    if takes(dtype) and on_cpu:
+        kernel = max_plus_kernel(build=pairs >= BUILD_PAIRS)
     if kernel is None:
         return _max_plus_xla(*_matrices(left, right, dims, (False, False))).reshape(
             shape
