@@ -1,4 +1,4 @@
-"""einslice's own CPU kernels: built on first use, run as XLA FFI custom calls.
+"""einslice's own CPU kernels: built when first worth it, run as XLA FFI calls.
 
 One kernel so far, the max-plus product (``max_plus.cc``): XLA:CPU's
 elementwise fusions cannot keep a register tile of a max-plus product, so
@@ -10,7 +10,8 @@ The kernel is C++ compiled here, on the machine that runs it, with
 stays pure Python, the vectors are the machine's widest, and the binary
 always matches the running XLA. The library is cached in einslice's cache
 directory (``_plan/_cachedir.py``) under a key of its source, the compiler,
-jaxlib's version and the CPU, so a machine compiles it once (about 3 s).
+jaxlib's version and the CPU, so a machine compiles it once (about 3 s), the
+first time a product is large enough to pay for that (`BUILD_PAIRS`).
 
 Where it cannot be built (no C++ compiler, a failed compile) or is turned
 off (``EINSLICE_NATIVE=0``), max-plus products run on the XLA path with the
