@@ -393,10 +393,12 @@ def max_plus_dot(left, right, dims: DimensionNumbers) -> jax.Array:
     kernel = None
     if takes(dtype) and on_cpu:
         kernel = max_plus_kernel(build=pairs >= BUILD_PAIRS)
+
+    def xla(left, right):
+        return _max_plus_xla(*_matrices(left, right, dims, (False, False)))
+
     if kernel is None:
-        return _max_plus_xla(*_matrices(left, right, dims, (False, False))).reshape(
-            shape
-        )
+        return xla(left, right).reshape(shape)
 
     def native(left, right):
         # each side as it lies when its contracted axes are already last
@@ -406,9 +408,6 @@ def max_plus_dot(left, right, dims: DimensionNumbers) -> jax.Array:
         )
         lhs, rhs = _matrices(left, right, dims, k_last)
         return kernel(lhs, rhs, lhs_k_last=k_last[0], rhs_k_last=k_last[1])
-
-    def xla(left, right):
-        return _max_plus_xla(*_matrices(left, right, dims, (False, False)))
 
     # on the CPU, the native kernel; elsewhere (GPU, TPU) XLA's path
     return lax.platform_dependent(left, right, cpu=native, default=xla).reshape(shape)
