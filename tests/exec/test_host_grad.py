@@ -23,7 +23,9 @@ from einslice._errors import EinsliceError, MemoryLimitError
 from einslice._exec import _host_grad
 from einslice._exec._choose import host_grad_pays
 from einslice._exec._host_grad import (
+    BUFFER_BYTES,
     host_grad_peak_bytes,
+    host_grad_seconds,
     host_value_and_grad,
 )
 from einslice._plan._equation import build_equation
@@ -311,3 +313,101 @@ def test_backward_products_take_einsum_unless_a_real_matrix_product(monkeypatch)
     p = np.exp(a)[:, :, None] * np.exp(b)[None, :, :]
     np.testing.assert_allclose(ga, p.sum(2) / p.sum())
     assert value == pytest.approx(math.log(p.sum()))
+
+
+def _spine(links: int, width: int = 8, seed: int = 0):
+    """A table over ``width`` binary variables, then 2x2 tables each replacing one.
+
+    Contracted left to right, every result keeps ``width`` variables: a
+    chain of equally large nodes, as a pedigree's spine is.
+    """
+    rng = np.random.default_rng(seed)
+    terms = [list(range(width))]
+    current = list(range(width))
+    for k in range(links):
+        old, new = current[k % width], width + k
+        terms.append([old, new])
+        current[k % width] = new
+    terms.append(current)  # closes the chain: a scalar
+    tables = [rng.standard_normal([2] * len(t)) for t in terms]
+    args = []
+    for term, table in zip(terms, tables, strict=True):
+        args += [table, term]
+    return args, tables
+
+
+@pytest.mark.parametrize("links", [3, 12, 40])
+def test_recomputing_ranges_fits_a_limit_that_keeping_every_node_does_not(links):
+    args, tables = _spine(links)
+    shapes_and_terms = [a.shape if k % 2 == 0 else a for k, a in enumerate(args)]
+    plan = einslice.plan(
+        *shapes_and_terms, [], semiring="log", dtype=np.float64, optimize=False
+    )
+    keep_all = host_grad_peak_bytes(plan)
+    assert host_grad_peak_bytes(plan, keep_all) == keep_all  # fits: nothing changes
+    assert not _host_grad.recompute_schedule(plan, keep_all).splits
+    want_value, want = host_value_and_grad(plan, tables)  # type: ignore[misc]
+    least = min(
+        host_grad_peak_bytes(plan, limit)
+        for limit in range(keep_all, 0, -keep_all // 64)
+    )
+    assert (least < keep_all) == (links > 3)  # a 4-step chain has nothing to gain
+    for limit in {least, (least + keep_all) // 2}:
+        schedule = _host_grad.recompute_schedule(plan, limit)
+        bound = host_grad_peak_bytes(plan, limit)
+        assert bound <= limit
+        assert (bound < keep_all) == bool(schedule.splits)
+        assert host_grad_seconds(plan, limit) >= host_grad_seconds(plan)
+        tracemalloc.start()
+        try:
+            value, got = host_value_and_grad(plan, tables, memory_limit=limit)  # type: ignore[misc]
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak <= bound + PYTHON_OBJECTS, (peak, bound, schedule)
+        assert value == pytest.approx(want_value, rel=1e-13)
+        for g, ref in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, ref, rtol=1e-12, atol=1e-15)
+
+
+def test_recomputing_agrees_with_jax_grad_and_pays_only_within_the_limit():
+    args, tables = _spine(30, seed=3)
+    shapes_and_terms = [a.shape if k % 2 == 0 else a for k, a in enumerate(args)]
+    plan = einslice.plan(
+        *shapes_and_terms, [], semiring="log", dtype=np.float64, optimize=False
+    )
+    limit = (host_grad_peak_bytes(plan) + 3 * BUFFER_BYTES) // 4
+    if host_grad_peak_bytes(plan, limit) > limit:
+        limit = host_grad_peak_bytes(plan, limit)
+    assert _host_grad.recompute_schedule(plan, limit).splits
+    assert host_grad_pays(plan, limit)
+    assert not host_grad_pays(plan, limit, recompute=False)
+    want = jax.grad(plan, argnums=tuple(range(len(tables))))(*tables)
+    _, got = host_value_and_grad(plan, tables, memory_limit=limit)  # type: ignore[misc]
+    for g, ref in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, np.asarray(ref), rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(networks(), st.floats(0.0, 1.0))
+def test_any_recompute_schedule_gives_the_same_gradient_within_its_bound(network, at):
+    terms, cards, tables = network
+    for plan in _plans(terms, cards, tables, "log"):
+        keep_all = host_grad_peak_bytes(plan)
+        limit = int(BUFFER_BYTES + at * (keep_all - BUFFER_BYTES))
+        want = host_value_and_grad(plan, tables)
+        assert want is not None
+        tracemalloc.start()
+        try:
+            found = host_value_and_grad(plan, tables, memory_limit=limit)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak <= host_grad_peak_bytes(plan, limit) + PYTHON_OBJECTS
+        assert found is not None
+        if want[0] == -math.inf:
+            assert found[0] == -math.inf
+            continue
+        assert found[0] == pytest.approx(want[0], rel=1e-13, abs=1e-13)
+        for g, ref in zip(found[1], want[1], strict=True):
+            np.testing.assert_allclose(g, ref, rtol=1e-12, atol=1e-14)

@@ -229,13 +229,17 @@ def host_first_seconds(plan: Plan) -> float:
     return compile_seconds(plan)
 
 
-def host_grad_pays(plan: Plan | HostWalk, memory_limit: int) -> bool:
+def host_grad_pays(
+    plan: Plan | HostWalk, memory_limit: int, recompute: bool = True
+) -> bool:
     """Whether ``plan``'s value and gradient should be taken on the host.
 
     When it can be (``_host_grad.host_grad_supported``), fits
     ``memory_limit`` (``host_grad_peak_bytes``) and is estimated to take less
     than compiling the value-and-gradient program
-    (`GRAD_COMPILE_SECONDS_PER_STEP` a step).
+    (`GRAD_COMPILE_SECONDS_PER_STEP` a step). ``recompute``: the walk may
+    recompute ranges of steps to fit the limit (``host_value_and_grad``
+    must then get the same ``memory_limit``); else every node is kept.
 
     Example:
         >>> import einslice
@@ -243,10 +247,11 @@ def host_grad_pays(plan: Plan | HostWalk, memory_limit: int) -> bool:
         >>> host_grad_pays(p, 2**22), host_grad_pays(p, 100)
         (True, False)
     """
+    limit = memory_limit if recompute else None
     return (
         host_grad_supported(plan)
-        and host_grad_peak_bytes(plan) <= memory_limit
-        and host_grad_seconds(plan)
+        and host_grad_peak_bytes(plan, limit) <= memory_limit
+        and host_grad_seconds(plan, limit)
         < GRAD_COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
     )
 
@@ -271,7 +276,8 @@ def walk_pays(
         (True, False)
     """
     if derivative:
-        return host_grad_pays(walk, memory_limit) and cheap(
+        # (a walk's gradient keeps every node: `_Prepared.host_derivative`)
+        return host_grad_pays(walk, memory_limit, recompute=False) and cheap(
             host_grad_seconds(walk), operands
         )
     return (

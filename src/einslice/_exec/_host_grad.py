@@ -22,6 +22,11 @@ then in reverse:
   unique; where states tie, one of them (the first in index order) rather
   than JAX's even split.
 
+Where keeping every node would not fit the memory limit, "log" keeps only
+the nodes alive at chosen points and recomputes the ranges between them on
+the way back (`recompute_schedule`; linkage_15's marginals: 4.1 GB of nodes,
+0.96 GB recomputed).
+
 A sliced plan's chunks are walked one at a time, as ``run_on_host`` walks
 them: for "log" each chunk's gradient enters the operands' gradients
 weighted by its share of Z (a running log-sum-exp rescales the sum so
@@ -44,7 +49,9 @@ from __future__ import annotations
 import itertools
 import math
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from math import prod
 
 import numpy as np
@@ -55,6 +62,9 @@ from .._plan._types import HostWalk, Plan, Step
 from .._plan._walk import MAX_BLOCK_ENTRIES
 from ._host import (
     EINSUM_MAX_ENTRIES,
+    ENTRY_SECONDS,
+    FLOP_SECONDS,
+    STEP_SECONDS,
     _einsum_pair,
     _prepare,
     _scaled_step,
@@ -107,7 +117,7 @@ def host_grad_supported(plan: Plan | HostWalk) -> bool:
     )
 
 
-def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
+def host_grad_peak_bytes(plan: Plan | HostWalk, memory_limit: int | None = None) -> int:
     """A bound on the temporary memory of `host_value_and_grad` on ``plan``.
 
     The walk's own accounting, step by step, at 8 bytes an entry: the
@@ -118,7 +128,9 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
     each backward step, beside its copies of the output's cotangent and the
     other side (scaled, then laid out as matrices) and its result; a
     table's three temporaries (when scaled, and for its gradient). "max"
-    (`_max_peak_bytes`) keeps no cotangents.
+    (`_max_peak_bytes`) keeps no cotangents. With ``memory_limit``, "log"
+    counts the schedule `host_value_and_grad` runs at that limit
+    (`recompute_schedule`: ranges of steps recomputed instead of kept).
 
     Example:
         >>> import einslice
@@ -128,27 +140,93 @@ def host_grad_peak_bytes(plan: Plan | HostWalk) -> int:
     """
     if plan.semiring == "max":
         return _max_peak_bytes(plan)
+    schedule = recompute_schedule(plan, memory_limit)
+    return _log_peak_bytes(plan, schedule.splits)
+
+
+def _log_peak_bytes(plan: Plan | HostWalk, splits: Splits) -> int:
+    """`host_grad_peak_bytes` of "log" under a recompute schedule's ``splits``.
+
+    Walks the schedule as `_log_value_and_grad` runs it, counting each node
+    once while any range still holds it (a node kept at a split is shared
+    with the ranges below it, as the walk's dictionaries share arrays).
+    """
     eq = plan.equation
     node = _node_entries(plan)
     tables = [prod(shape) for shape in eq.shapes]
     temporaries = 3 * max(tables, default=0)  # a table's copy, shifted, exp
     n_operands = len(tables)
-    alive = sum(node[:n_operands])
+    steps = plan.steps
+    holders = [0] * len(node)
+    alive = sum(node[:n_operands])  # the scaled operands, held throughout
+    cotangents = 0  # the root's, from the walk of the last range on
     peak = alive + temporaries
-    for s, step in enumerate(plan.steps):
-        sides = node[step.left] + node[step.right]
-        peak = max(peak, alive + 2 * sides + node[n_operands + s])
-        alive += node[n_operands + s]
-    cotangents = node[-1]
-    for s in range(len(plan.steps) - 1, -1, -1):
-        step, out = plan.steps[s], node[n_operands + s]
-        alive -= out
-        for this, other in ((step.left, step.right), (step.right, step.left)):
-            # the smaller side scaled, both laid out as matrices, the product
-            copies = min(out, node[other]) + out + node[other] + node[this]
-            peak = max(peak, alive + cotangents + copies)
-            cotangents += node[this]
-        cotangents -= out
+
+    def take(n: int) -> None:
+        nonlocal alive
+        if n >= n_operands:
+            holders[n] += 1
+            alive += node[n] if holders[n] == 1 else 0
+
+    def drop(n: int) -> None:
+        nonlocal alive
+        if n >= n_operands:
+            holders[n] -= 1
+            alive -= node[n] if holders[n] == 0 else 0
+
+    def forward(s: int) -> None:
+        nonlocal peak
+        step, out = steps[s], node[n_operands + s]
+        peak = max(
+            peak, alive + cotangents + 2 * (node[step.left] + node[step.right]) + out
+        )
+        take(n_operands + s)
+
+    def advance(a: int, m: int, state: list[int]) -> list[int]:
+        held = list(state)
+        for n in held:
+            take(n)
+        for s in range(a, m):
+            forward(s)
+            held.append(n_operands + s)
+            for child in (steps[s].left, steps[s].right):
+                if child >= n_operands:
+                    held.remove(child)
+                    drop(child)
+        return held
+
+    def leaf(a: int, b: int, state: list[int]) -> None:
+        nonlocal peak, cotangents
+        for n in state:
+            take(n)
+        for s in range(a, b):
+            forward(s)
+        if b == len(steps):
+            cotangents += node[-1]
+        for s in range(b - 1, a - 1, -1):
+            step, out = steps[s], node[n_operands + s]
+            drop(n_operands + s)
+            for this, other in ((step.left, step.right), (step.right, step.left)):
+                # the smaller side scaled, both laid out as matrices, the product
+                copies = min(out, node[other]) + out + node[other] + node[this]
+                peak = max(peak, alive + cotangents + copies)
+                cotangents += node[this]
+            cotangents -= out
+        for n in state:
+            drop(n)
+
+    def walk(a: int, b: int, state: list[int]) -> None:
+        m = splits.get((a, b))
+        if m is None:
+            leaf(a, b, state)
+            return
+        later = advance(a, m, state)
+        walk(m, b, later)
+        for n in later:
+            drop(n)
+        walk(a, m, state)
+
+    walk(0, len(steps), [])
     peak = max(peak, alive + cotangents + temporaries)
     return 8 * (3 * sum(tables) + peak) + BUFFER_BYTES
 
@@ -197,13 +275,135 @@ def _max_peak_bytes(plan: Plan | HostWalk) -> int:
     return item * (sum(tables) + peak) + 8 * 2 * sum(tables) + BUFFER_BYTES
 
 
-def host_grad_seconds(plan: Plan | HostWalk) -> float:
-    """The host cost model's time for one `host_value_and_grad` of ``plan``."""
-    return GRAD_PER_FORWARD * host_seconds(plan)
+def host_grad_seconds(plan: Plan | HostWalk, memory_limit: int | None = None) -> float:
+    """The host cost model's time for one `host_value_and_grad` of ``plan``.
+
+    With ``memory_limit``, the forward steps its `recompute_schedule` runs
+    again are added.
+    """
+    schedule = recompute_schedule(plan, memory_limit)
+    return GRAD_PER_FORWARD * host_seconds(plan) + schedule.replay_seconds
+
+
+Splits = Mapping[tuple[int, int], int]
+
+
+@dataclass(frozen=True)
+class RecomputeSchedule:
+    """Which ranges of steps a "log" gradient recomputes rather than keeps.
+
+    ``splits[(a, b)] = m``: the backward walk over steps ``a..b-1`` runs
+    ``a..m-1`` forward again, keeping only the nodes alive at ``m``, instead
+    of keeping every node of the range from the forward walk (see
+    `_log_value_and_grad`). Empty: every node kept (no recomputing).
+    ``replay_seconds``: the host model's time of the steps run again.
+    """
+
+    splits: Splits
+    replay_seconds: float = 0.0
+
+
+_KEEP_ALL = RecomputeSchedule({})
+
+
+@lru_cache(maxsize=64)
+def recompute_schedule(
+    plan: Plan | HostWalk, memory_limit: int | None
+) -> RecomputeSchedule:
+    """The fewest recomputed steps whose "log" gradient fits ``memory_limit``.
+
+    Every node is kept (no splits) when that fits, or without a limit.
+    Otherwise ranges are split where the nodes kept at once would exceed a
+    budget, halved until the walk's bound (`host_grad_peak_bytes`) fits; a
+    long chain of large nodes (a pedigree's spine: linkage_15 holds 4.1 GB
+    of nodes, each alive until the backward walk passes it, while at most
+    201 MB are alive at once in the forward walk) then costs a few more
+    forward walks instead of its every node. When nothing fits, the
+    schedule of the least peak (the caller's check then refuses it).
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ab,bc,cd,de->", *[(64, 64)] * 4, semiring="log")
+        >>> recompute_schedule(p, None).splits, recompute_schedule(p, 2**40).splits
+        ({}, {})
+    """
+    if memory_limit is None or plan.semiring != "log":
+        return _KEEP_ALL
+    best, least = _KEEP_ALL, _log_peak_bytes(plan, {})
+    if least <= memory_limit:
+        return best
+    node = _node_entries(plan)
+    outputs = node[len(plan.equation.shapes) :]
+    budget = sum(outputs) // 2
+    while budget >= 1:
+        splits = _split_ranges(plan, budget)
+        peak = _log_peak_bytes(plan, splits)
+        if peak < least:
+            best, least = RecomputeSchedule(splits, _replay_seconds(plan, splits)), peak
+        if peak <= memory_limit or budget < min(outputs, default=1):
+            break
+        budget //= 2
+    return best
+
+
+def _split_ranges(plan: Plan | HostWalk, budget: int) -> dict[tuple[int, int], int]:
+    """Splits of the steps into ranges whose results hold at most ``budget`` entries.
+
+    A range is split in two where the fewest entries are alive between them
+    (the nodes kept at the split), among the points that leave each part a
+    quarter of the range's results at least; a single step is never split.
+    """
+    node = _node_entries(plan)
+    n_operands, steps = len(plan.equation.shapes), plan.steps
+    stored = list(itertools.accumulate(node[n_operands:], initial=0))
+    alive = [0]  # entries of step results alive before each step
+    for s, step in enumerate(steps):
+        freed = sum(node[c] for c in (step.left, step.right) if c >= n_operands)
+        alive.append(alive[-1] + node[n_operands + s] - freed)
+    splits: dict[tuple[int, int], int] = {}
+    pending = [(0, len(steps))]
+    while pending:
+        a, b = pending.pop()
+        total = stored[b] - stored[a]
+        if b - a < 2 or total <= budget:
+            continue
+        inner = [
+            m
+            for m in range(a + 1, b)
+            if total / 4 <= stored[m] - stored[a] <= 3 * total / 4
+        ]
+        if inner:
+            m = min(inner, key=lambda m: alive[m])
+        else:
+            m = min(
+                range(a + 1, b), key=lambda m: abs(2 * (stored[m] - stored[a]) - total)
+            )
+        splits[(a, b)] = m
+        pending += [(a, m), (m, b)]
+    return splits
+
+
+def _replay_seconds(plan: Plan | HostWalk, splits: Splits) -> float:
+    """The host model's time of the forward steps ``splits`` runs a second time."""
+    node = _node_entries(plan)
+    n_operands, steps = len(plan.equation.shapes), plan.steps
+    sizes = list(plan.equation.sizes)
+    for index, chunk in plan.chunks:
+        sizes[index] = chunk
+    seconds = 0.0
+    for (a, _), m in splits.items():
+        for s in range(a, m):
+            flops = 2 * prod(sizes[i] for i in (*steps[s].result, *steps[s].contracted))
+            seconds += (
+                STEP_SECONDS
+                + ENTRY_SECONDS * node[n_operands + s]
+                + FLOP_SECONDS * flops
+            )
+    return seconds * plan.n_chunks
 
 
 def host_value_and_grad(
-    plan: Plan | HostWalk, operands: Sequence
+    plan: Plan | HostWalk, operands: Sequence, memory_limit: int | None = None
 ) -> tuple[float, tuple[np.ndarray, ...]] | None:
     """The scalar ``plan(*operands)`` and its gradient, in numpy.
 
@@ -212,6 +412,10 @@ def host_value_and_grad(
     Args:
         plan: a plan (or `HostWalk`) with `host_grad_supported`.
         operands: arrays of the planned shapes.
+        memory_limit: bytes the walk may hold (`host_grad_peak_bytes` at this
+            limit): "log" then recomputes ranges of steps instead of keeping
+            all their nodes where that is needed (`recompute_schedule`).
+            None: every node kept.
 
     Returns:
         ``(value, grads)``, one gradient per operand in its shape (float64);
@@ -236,6 +440,7 @@ def host_value_and_grad(
     # memory in float32); "log" sums exponentials, in float64
     dtype = np.float64 if plan.semiring == "log" else np.dtype(plan.dtype)
     arrays = _squeezed(plan, operands, dtype)
+    splits = recompute_schedule(plan, memory_limit).splits
     eq = plan.equation
     chunks = dict(plan.chunks)
     ranges = [
@@ -249,7 +454,7 @@ def host_value_and_grad(
         blocks = [tuple(cut.get(i, slice(None)) for i in t) for t in eq.terms]
         pieces = [x[block] for x, block in zip(arrays, blocks, strict=True)]
         if plan.semiring == "log":
-            found = _log_value_and_grad(plan, pieces)
+            found = _log_value_and_grad(plan, pieces, splits)
             if found is None:
                 return None
             value = _add_log_chunk(value, grads, blocks, *found)
@@ -315,52 +520,103 @@ def _squeezed(
 
 
 def _log_value_and_grad(
-    plan: Plan | HostWalk, arrays: list[np.ndarray]
+    plan: Plan | HostWalk, arrays: list[np.ndarray], splits: Splits
 ) -> tuple[float, list[np.ndarray]] | None:
-    eq = plan.equation
-    nodes: list = []
-    for x, term, kept in zip(arrays, eq.terms, plan.prepared, strict=True):
-        node = _to_scaled(x, term, kept, single=False)
-        if node is None:
-            return None
-        nodes.append(node)
+    """One chunk's log-value and gradient, its ranges recomputed as ``splits`` say.
 
-    def record(step, left, left_term, right, right_term):
-        nodes.append(_scaled_step(step, left, left_term, right, right_term))
-        return nodes[-1]
+    ``walk(a, b, state)`` takes the steps ``a..b-1`` backward given
+    ``state``, the nodes alive before step ``a``: a range that ``splits``
+    divides at ``m`` runs ``a..m-1`` forward keeping only what is alive at
+    ``m``, takes ``m..b`` backward from there, drops that, and then takes
+    ``a..m`` backward from ``state``; any other range runs its steps forward,
+    every node kept, and then backward (`leaf`). Ranges are taken last to
+    first, so a node's cotangent is there when its range is.
+    """
+    leaves: list = []
+    for x, term, kept in zip(arrays, plan.equation.terms, plan.prepared, strict=True):
+        scaled = _to_scaled(x, term, kept, single=False)
+        if scaled is None:
+            return None
+        leaves.append(scaled)
+    n_operands, steps, terms = len(arrays), plan.steps, plan.node_terms()
+    root = n_operands + len(steps) - 1
+    cotangents: dict[int, np.ndarray] = {}
+    found: list[float] = []  # the root's log-value, once its range has run
+
+    def node(values: dict, n: int):
+        return leaves[n] if n < n_operands else values[n]
+
+    def forward(s: int, values: dict) -> None:
+        step = steps[s]
+        values[n_operands + s] = _scaled_step(
+            step,
+            node(values, step.left),
+            terms[step.left],
+            node(values, step.right),
+            terms[step.right],
+        )
+
+    def advance(a: int, m: int, state: dict) -> dict:
+        values = dict(state)
+        for s in range(a, m):
+            forward(s, values)
+            for child in (steps[s].left, steps[s].right):
+                values.pop(child, None)  # (an operand is not in values)
+        return values
+
+    def leaf(a: int, b: int, state: dict) -> None:
+        values = dict(state)
+        for s in range(a, b):
+            forward(s, values)
+        if b == len(steps):
+            m, shift, _ = node(values, root)
+            top = float(m)
+            if top == 0.0:  # Z = 0: log Z is -inf and its gradient undefined
+                raise _ZeroValue
+            found.append(math.log(top) + shift)
+            cotangents[root] = np.array(1.0 / top)
+        for s in range(b - 1, a - 1, -1):
+            step, n = steps[s], n_operands + s
+            g, shift = cotangents.pop(n), values.pop(n)[1]
+            # Why: its consumer's backward step was the last use of its value
+            for this, other in ((step.left, step.right), (step.right, step.left)):
+                m_other, shift_other, _ = node(values, other)
+                scale = math.exp(node(values, this)[1] + shift_other - shift)
+                # Why: scaled on the smaller side, not on the (strided) result
+                if g.size <= m_other.size:
+                    scaled, m_scaled = g * scale, m_other
+                else:
+                    scaled, m_scaled = g, m_other * scale
+                cotangents[this] = _cotangent(
+                    scaled, step.result, m_scaled, terms[other], terms[this]
+                )
+
+    def walk(a: int, b: int, state: dict) -> None:
+        m = splits.get((a, b))
+        if m is None:
+            leaf(a, b, state)
+            return
+        later = advance(a, m, state)
+        walk(m, b, later)
+        del later
+        walk(a, m, state)
 
     try:
-        (root, _, _), _ = plan.walk_steps(list(nodes), record)
+        walk(0, len(steps), {})
     except _Underflow:
         return None
-    top = float(root)
-    if top == 0.0:  # Z = 0: log Z is -inf and its gradient undefined
+    except _ZeroValue:
         return -math.inf, [np.full(x.shape, np.nan) for x in arrays]
-    value = math.log(top) + nodes[-1][1]
-    terms = plan.node_terms()
-    n_operands = len(arrays)
-    cotangents: dict[int, np.ndarray] = {len(nodes) - 1: np.array(1.0 / top)}
-    for s in range(len(plan.steps) - 1, -1, -1):
-        step, n = plan.steps[s], n_operands + s
-        g, shift = cotangents.pop(n), nodes[n][1]
-        nodes[n] = None  # Why: its consumer's backward step was its last use
-        for this, other in ((step.left, step.right), (step.right, step.left)):
-            m_other, shift_other, _ = nodes[other]
-            scale = math.exp(nodes[this][1] + shift_other - shift)
-            # Why: scaled on the smaller side, not on the (strided) result
-            if g.size <= m_other.size:
-                scaled, m_scaled = g * scale, m_other
-            else:
-                scaled, m_scaled = g, m_other * scale
-            cotangents[this] = _cotangent(
-                scaled, step.result, m_scaled, terms[other], terms[this]
-            )
     grads = []
-    for k, (x, term) in enumerate(zip(arrays, eq.terms, strict=True)):
-        shift = nodes[k][1]
+    for k, (x, term) in enumerate(zip(arrays, plan.equation.terms, strict=True)):
+        shift = leaves[k][1]
         grads.append(_table_grad(x, term, terms[k], cotangents.pop(k), shift))
-        nodes[k] = None
-    return value, grads
+        leaves[k] = None
+    return found[0], grads
+
+
+class _ZeroValue(Exception):
+    """The contraction is 0 (log Z is -inf): no gradient to take."""
 
 
 def _cotangent(

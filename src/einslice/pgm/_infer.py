@@ -168,9 +168,12 @@ class _Prepared:
         """
         if not self.derivative_on_host:
             return None
-        target = self.walk if self.walk is not None else self.plan
-        assert target is not None  # Why: derivative_on_host says one is there
-        return host_value_and_grad(target, self.network.tables)
+        if self.walk is not None:  # (checked keeping every node: `_quick_walk`)
+            return host_value_and_grad(self.walk, self.network.tables)
+        assert self.plan is not None  # Why: derivative_on_host says one is there
+        return host_value_and_grad(
+            self.plan, self.network.tables, memory_limit=self.plan.memory_limit
+        )
 
     def planned(self) -> _Prepared:
         """This network with a plan: itself, or `replan`'s when it has a walk only."""
