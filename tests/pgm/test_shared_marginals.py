@@ -8,6 +8,7 @@ temporaries), and MAP values against toulbar2's exact optimum.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -154,23 +155,31 @@ def test_larger_map_values_equal_toulbar2s_optimum(name):
     _check_map(name)
 
 
-@pytest.mark.slow  # 5-20 s each: the host's derivative of sliced plans
+@pytest.mark.slow  # 5-30 s each: the host's derivative of sliced plans
 @pytest.mark.parametrize(
-    ("name", "semiring"), [("Grids_15", "log"), ("CSP_11", "log"), ("Grids_15", "max")]
+    ("name", "semiring", "limit"),
+    [
+        ("Grids_15", "log", "256MB"),
+        ("CSP_11", "log", "256MB"),
+        ("Grids_15", "max", "256MB"),
+    ],
 )
-def test_large_derivatives_on_the_host_stay_within_the_limit(name, semiring):
+def test_large_derivatives_on_the_host_stay_within_the_limit(name, semiring, limit):
     # issue 21.3: these used to compile their gradient (Grids_15 MAR: 74 s);
     # the host's takes seconds, within the limit its bound was checked against
     import tracemalloc
 
-    from einslice._exec._host_grad import host_grad_peak_bytes
+    from einslice._exec._host_grad import host_grad_peak_bytes, recompute_schedule
     from einslice.pgm import _infer
 
     model, evidence = _load(name)
-    prepared = _infer._prepare(model, evidence, semiring, "256MB", "auto", "float32")
+    prepared = _infer._prepare(model, evidence, semiring, limit, "auto", "float32")
     assert prepared.derivative_on_host and prepared.plan is not None
-    bound = host_grad_peak_bytes(prepared.plan)
+    bound = host_grad_peak_bytes(prepared.plan, prepared.plan.memory_limit)
     assert bound <= prepared.plan.memory_limit
+    # a plan whose derivative fits keeping every node is preferred (faster)
+    assert not prepared.recompute
+    assert not recompute_schedule(prepared.plan, prepared.plan.memory_limit).splits
     tracemalloc.start()
     try:
         found = prepared.host_derivative()
@@ -210,3 +219,38 @@ def test_another_grids_15_tree_keeps_its_compiled_gradient_within_the_limit(
     finally:
         _search._cached.cache_clear()
         _planner.make_plan.cache_clear()
+
+
+@pytest.mark.slow  # ~20 s: a 2 GB walk within 1 GB, under tracemalloc
+def test_the_forward_plans_derivative_recomputes_ranges_within_the_limit():
+    # issue 21.2: linkage_15's marginals (4.1 GB of nodes, no derivative plan
+    # within 1 GB) take this road; Grids_15's unsliced forward plan at 1 GB
+    # keeps 2.1 GB of nodes, a smaller case of the same
+    import tracemalloc
+
+    from einslice._exec._host_grad import host_grad_peak_bytes, recompute_schedule
+    from einslice.pgm import _infer
+
+    model, evidence = _load("Grids_15")
+    network = _infer.build_network(model.condition(evidence))
+    forward = _infer._plan_network(
+        network, "auto", "log", "1GB", np.dtype("float32"), True, _infer.host_profile()
+    )
+    prepared = dataclasses.replace(forward, recompute=True)
+    plan = prepared.plan
+    assert plan is not None and prepared.derivative_on_host
+    assert host_grad_peak_bytes(plan) > plan.memory_limit  # keeping every node
+    assert recompute_schedule(plan, plan.memory_limit).splits
+    bound = host_grad_peak_bytes(plan, plan.memory_limit)
+    assert bound <= plan.memory_limit
+    tracemalloc.start()
+    try:
+        found = prepared.host_derivative()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert found is not None and peak <= bound
+    value = prepared.network.offset + found[0]
+    assert value == pytest.approx(log_partition(model, evidence), abs=1e-3)
+    for grad in found[1]:  # each table's marginal
+        assert np.isfinite(grad).all() and grad.sum() == pytest.approx(1, abs=1e-9)

@@ -124,6 +124,10 @@ class _Prepared:
     walk: HostWalk | None = None
     derivative_fits: bool = True
     replan: Callable[[], _Prepared] | None = None
+    # Whether the host's derivative may recompute ranges of steps to fit the
+    # plan's limit (`_host_grad.recompute_schedule`): only where no plan's
+    # derivative fits by keeping every node (see `_prepare`).
+    recompute: bool = False
 
     @property
     def trivial(self) -> bool:
@@ -156,7 +160,7 @@ class _Prepared:
         if self.walk is not None:
             return True
         return self.plan is not None and host_grad_pays(
-            self.plan, self.plan.memory_limit
+            self.plan, self.plan.memory_limit, recompute=self.recompute
         )
 
     def host_derivative(self) -> tuple[float, tuple[np.ndarray, ...]] | None:
@@ -171,9 +175,8 @@ class _Prepared:
         if self.walk is not None:  # (checked keeping every node: `_quick_walk`)
             return host_value_and_grad(self.walk, self.network.tables)
         assert self.plan is not None  # Why: derivative_on_host says one is there
-        return host_value_and_grad(
-            self.plan, self.network.tables, memory_limit=self.plan.memory_limit
-        )
+        limit = self.plan.memory_limit if self.recompute else None
+        return host_value_and_grad(self.plan, self.network.tables, memory_limit=limit)
 
     def planned(self) -> _Prepared:
         """This network with a plan: itself, or `replan`'s when it has a walk only."""
@@ -441,6 +444,7 @@ def _prepare(
         quick = _quick_walk(network, semiring, memory_limit, dtype_, not value_only)
         if quick is not None:
             return _Prepared(*quick[:1], None, dtype_, quick[1], replan=replan)
+    recomputed = None
     if derivative_on_host:
         # The host's derivative needs only the forward plan (the one log Z and
         # the MAP value run): quicker to make than one whose compiled
@@ -450,6 +454,13 @@ def _prepare(
         )
         if forward.derivative_on_host:
             return replace(forward, replan=replan)
+        # Its walk recomputing ranges of steps is the last resort: slower than
+        # a plan sliced for its derivative whose walk keeps every node
+        # (Grids_15 MAR at 256 MB: 40-48 s against 10-11 s), but faster than
+        # compiling (at 1 GB: 27-46 s against 50-53 s), and the only way
+        # within the limit where no derivative plan fits (linkage_15: 4.87 GB).
+        candidate = replace(forward, replan=replan, recompute=True)
+        recomputed = candidate if candidate.derivative_on_host else None
     plan_for = partial(
         _plan_network, network, optimize, semiring, memory_limit, dtype_, value_only
     )
@@ -457,6 +468,12 @@ def _prepare(
         plan_for = partial(_plan_map, plan_for, network, optimize, memory_limit, dtype_)
     if profile is not None:
         return plan_for(profile)
+    if recomputed is not None:
+        try:
+            prepared = plan_for(current_profile())
+        except MemoryLimitError:
+            return recomputed
+        return prepared if prepared.derivative_on_host else recomputed
     if value_only:
         # A plan walked on the host is planned for the host's profile; asking
         # JAX for the device would start its backend (~6 ms, as long as
