@@ -286,7 +286,9 @@ def _compiled_derivatives(monkeypatch) -> None:
 
     # the rule (pgm's walks ask it through walk_pays), and pgm's name for it
     for where in (_choose, _infer):
-        monkeypatch.setattr(where, "host_grad_pays", lambda plan, limit: False)
+        monkeypatch.setattr(
+            where, "host_grad_pays", lambda plan, limit, recompute=True: False
+        )
 
 
 def _no_compiling(monkeypatch) -> None:
