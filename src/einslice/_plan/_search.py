@@ -39,6 +39,9 @@ search it cuts short is not reproducible, so it is not stored on disk).
 Before any trial, quick greedy trees may end the search (rule 0 of
 docs/search.md), improved by subtree reconfiguration when the tree is to
 serve many runs (``runs``, `reconfigured`).
+A growth search (``TreeSearch(budget=...)``: a reused plan's runner searches
+again as its calls add up, ``_exec._run``) reads "the best tree's estimated
+run time" in these rules as its budget where that is larger (`allowance`).
 
 Found trees are cached in memory and as JSON files under
 ``cache_dir() / "trees"`` (a corrupt file is ignored with a warning).
