@@ -172,11 +172,13 @@ GROW_FRUITLESS = 2
 # chain of 3x3 matrices (microseconds) never does.
 GROW_LAST_CALL = 10**5
 # The model's estimated seconds read about this much below measured times of
-# einsum-benchmark networks on this CPU (_search.TRIAL_COST_PER_TENSOR's
-# comment: 14 ms estimated ran in ~20 ms; lattices and regular graphs 2-3x):
-# a growth's saving per call is counted as this times the estimated saving
-# against the new program's compile (`_executors.compile_seconds`, wall
-# seconds). 2, the low end, errs towards keeping the program compiled.
+# einsum-benchmark networks on this CPU: the grown plans of
+# benchmarks/results/networks.md ran 2.0-3.7x their estimates (lattice-8x8
+# 0.99 -> 1.97 ms, randreg-60 15.4 -> 32.6 ms, mera-p-first-last 3.3 -> 8.0
+# ms, ctg-lattice-10x10 0.94 -> 3.5 ms; loaded machine). A growth's saving
+# per call is counted as this times the estimated saving against the new
+# program's compile (`_executors.compile_seconds`, wall seconds). 2, the low
+# end, errs towards keeping the program already compiled.
 GROW_MEASURED_PER_ESTIMATED = 2.0
 _OFF = ("0", "false", "no", "off")
 
