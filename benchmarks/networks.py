@@ -26,14 +26,19 @@ Per network and method: *warm*: median of up to 5 calls after the first
 (einslice: once its runner is steady, ``_run._TopLevelRun.steady``: a
 many-step plan runs its first calls in numpy on the host, until they have cost
 about its compile, then compiled for compile time, then optimized from its
-``_run.OPTIMIZE_AFTER_CALLS``-th compiled call: its steady state, as the
-peers' is); *e2e*: planning or path search + the first call (compile included
+``_run.OPTIMIZE_AFTER_CALLS``-th compiled call, and a plan of the
+large-network search searches its tree again as its calls add up until that
+stops paying (docs/search.md, "Growing with use"): its steady state, as the
+peers' is; the calls before it are untimed, at most ``--max-seconds`` of them,
+and the plan column says how many calls and seconds of growth search it
+took); *e2e*: planning or path search + the first call (compile included
 where the first call compiles; einslice and cotengra from empty tree caches);
 *memory*: the method's temporary peak (einslice: its plan's prediction; jnp:
 XLA's compiled temporaries; opt_einsum and cotengra: the largest intermediate,
 sliced for cotengra, times the itemsize: a lower bound of theirs); *error*:
-max |result - reference| / max |reference|, the reference a float64
-(complex128) contraction by numpy on cotengra's tree (sliced to the limit).
+max |result - reference| / max |reference| (einslice: of its last call), the
+reference a float64 (complex128) contraction by numpy on cotengra's tree
+(sliced to the limit).
 jnp.einsum and opt_einsum have no memory limit: they are not run where their
 own prediction of their temporaries is over ``PEER_MEMORY_CAP`` (3 GB; the
 machine is shared). A call running past ``--max-seconds`` is stopped (SIGALRM,
@@ -452,11 +457,23 @@ def run_einslice(network: Network, limit: int, max_seconds: float) -> dict:
         f"{len(plan.steps)} steps, {len(plan.chunks)} sliced, "
         f"10^{math.log10(max(plan.flops, 1)):.1f} FLOPs"
     )
-    for found in searched:
+    for found in searched[:1]:  # (the first search; growth searches below)
         note += (
             f"; tree by {found.by} ({found.trials} trials, est. "
             f"{found.time * 1e3:.3g} ms; reference {found.reference_trials} "
             f"trials, est. {found.reference_time * 1e3:.3g} ms)"
+        )
+    growths = runner.growths
+    if growths:  # the error column: the plan the runner holds now
+        value = plan(*ops).block_until_ready()
+        held = runner.plan
+        note += (
+            f"; {'steady' if runner.steady else 'not steady'} after "
+            f"{runner.top_calls} calls, {len(growths)} growth searches of "
+            f"{sum(g.seconds for g in growths):.1f} s "
+            f"({sum(g.switched for g in growths)} switched): est. "
+            f"{held.cost.time * 1e3:.3g} ms, 10^{math.log10(max(held.flops, 1)):.1f} "
+            "FLOPs"
         )
     return {
         "value": np.asarray(value),

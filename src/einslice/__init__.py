@@ -21,6 +21,7 @@ from ._errors import EinsliceError as EinsliceError
 from ._errors import MemoryLimitError as MemoryLimitError
 from ._exec._calibrate import calibrate as calibrate
 from ._exec._calibrate import enable_compilation_cache as enable_compilation_cache
+from ._exec._run import running_plan as running_plan
 from ._plan._memory import parse_memory_limit as parse_memory_limit
 from ._plan._profile import Profile as Profile
 from ._plan._search import TreeSearch as TreeSearch
@@ -48,5 +49,6 @@ __all__ = [
     "parse_memory_limit",
     "plan",
     "profiles",
+    "running_plan",
     "wisdom",
 ]

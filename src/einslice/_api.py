@@ -34,7 +34,7 @@ from ._plan._equation import (
 )
 from ._plan._memory import format_bytes, parse_memory_limit
 from ._plan._order import optimize_key
-from ._plan._planner import make_plan
+from ._plan._planner import make_plan, remember_growable
 from ._plan._profile import Profile, figures_problem
 from ._plan._request import PlanRequest
 from ._plan._search import Found
@@ -548,7 +548,9 @@ def _plan(
         # wisdom for the default limit is kept as "default": the limit itself
         # depends on the free memory, which differs from one process to the next
         limit_key = "default" if memory_limit is None else limit
-        p = _tuned(p, request, arrays, tune, limit_key, pet)
+        made, p = p, _tuned(p, request, arrays, tune, limit_key, pet)
+        if p is not made and p == made:  # (the same plan, its choice noted)
+            remember_growable(p, request)
     return p
 
 

@@ -6,7 +6,12 @@ importing the public entry points (no import cycle through ``_api``).
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import os
+import threading
 import time
+import warnings
 from collections.abc import Sequence
 from functools import cache, lru_cache
 
@@ -16,10 +21,19 @@ import numpy as np
 from jax import core, lax
 
 from .._errors import EinsliceError
+from .._plan._planner import grown_request, make_plan
+from .._plan._request import PlanRequest
+from .._plan._search import (
+    PLAN_RUNS,
+    REFERENCE_TRIAL_COST_PER_TENSOR,
+    TRIAL_COST_PER_TENSOR,
+    TreeSearch,
+    least_search_cost,
+)
 from .._plan._types import Plan, register_runner
 from ._choose import host_first_seconds
 from ._compat import as_weak, supported_options
-from ._executors import EXECUTORS, executor_of
+from ._executors import EXECUTORS, compile_seconds, executor_of
 from ._semiring import Config
 
 
@@ -141,9 +155,102 @@ def _run_with(options: tuple[tuple[str, object], ...]):
 # jax.jit a plan never gets these options: the user's jit compiles it.
 OPTIMIZE_AFTER_CALLS = 100
 
+# Growing the tree search with a plan's use (ski rental; `_TopLevelRun`).
+# Growth searches own trials at most GROW_MAX_TRIALS (the reference at most
+# as many): cotengra's peer in benchmarks/networks.py runs 32 hyper-trials;
+# einslice's trials cost about a fifth of cotengra's (REFERENCE_TRIAL_COST_
+# PER_TENSOR), so 64 of its own and up to 64 of the reference's.
+GROW_MAX_TRIALS = 64
+# Growth stops after this many growth searches in a row found no faster tree:
+# with the same seed a larger budget replays the trials before and adds some,
+# so two that found nothing mean the trials have run out of ideas (patience).
+GROW_FRUITLESS = 2
+# No growth is scheduled past this call: a plan so cheap that its first growth
+# would wait longer (the least search cost over its estimated run time) is
+# steady at once. At 10^5 the einsum-benchmark networks all grow (a 190-tensor
+# QAOA circuit, estimated 0.15 ms, first at ~8400 calls) while a 40-matrix
+# chain of 3x3 matrices (microseconds) never does.
+GROW_LAST_CALL = 10**5
+# The model's estimated seconds read about this much below measured times of
+# einsum-benchmark networks on this CPU: the grown plans of
+# benchmarks/results/networks.md ran 2.0-3.7x their estimates (lattice-8x8
+# 0.99 -> 1.97 ms, randreg-60 15.4 -> 32.6 ms, mera-p-first-last 3.3 -> 8.0
+# ms, ctg-lattice-10x10 0.94 -> 3.5 ms; loaded machine). A growth's saving
+# per call is counted as this times the estimated saving against the new
+# program's compile (`_executors.compile_seconds`, wall seconds). 2, the low
+# end, errs towards keeping the program already compiled.
+GROW_MEASURED_PER_ESTIMATED = 2.0
+_OFF = ("0", "false", "no", "off")
+
+
+def growth_enabled() -> bool:
+    """Whether top-level runners may grow their plan's tree (``EINSLICE_GROW``).
+
+    ``EINSLICE_GROW=0`` turns growth off: every call runs the plan's own tree
+    (a switch of trees changes floating-point rounding between calls).
+
+    Example:
+        >>> import os
+        >>> growth_enabled() == (os.environ.get("EINSLICE_GROW", "1") != "0")
+        True
+    """
+    return os.environ.get("EINSLICE_GROW", "1").strip().lower() not in _OFF
+
+
+def first_growth_call(p: Plan) -> int | None:
+    """The top-level call at which ``p``'s tree search first grows (None: never).
+
+    The first call `c` >= `PLAN_RUNS` (the runs the first search assumed)
+    at which a growth search's budget, ``c // 2`` runs of ``p``'s estimated
+    time, affords the search's minimum trials (`_search.least_search_cost`);
+    None past `GROW_LAST_CALL`.
+
+    Example:
+        >>> import einslice
+        >>> first_growth_call(einslice.plan("ij,jk->ik", (2, 2), (2, 2))) is None
+        True
+    """
+    least = least_search_cost(len(p.prepared))
+    time_ = max(p.cost.time, 1e-12)
+    call = max(PLAN_RUNS, 2 * math.ceil(least / time_))
+    return call if call <= GROW_LAST_CALL else None
+
+
+def grown_plan(request: PlanRequest, budget: float, calls: int) -> Plan:
+    """``request``'s plan from a tree search that may cost ``budget`` (estimated s).
+
+    The same request (limit, semiring, dtype, profile, devices) with
+    ``optimize=TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=...)``,
+    seed 0 as ``"auto"``'s: reproducible, and cached in memory and on disk as
+    any search (the budget is part of the key).
+    """
+    search = TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=budget)
+    return make_plan(dataclasses.replace(request, optimize=search))
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """One growth search of a top-level runner (`_TopLevelRun.growths`).
+
+    Attributes:
+        call: the top-level call that ran it.
+        budget: its budget, in the cost model's seconds.
+        seconds: its wall time (search and planning).
+        before: the estimated time of the plan the runner held.
+        found: the estimated time of the grown search's plan.
+        switched: whether the runner took the grown plan.
+    """
+
+    call: int
+    budget: float
+    seconds: float
+    before: float
+    found: float
+    switched: bool
+
 
 class _TopLevelRun:
-    """A plan's runner outside any trace: host walk, then compiled, then optimized.
+    """A plan's runner outside any trace: host walk, compiled, optimized, grown.
 
     A many-step plan on a CPU first runs in numpy (the "host" executor)
     while those runs have cost less than its compile is estimated to
@@ -151,24 +258,67 @@ class _TopLevelRun:
     compile-time program, and the optimized one from its
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).
+
+    **Growth** (ski rental on the tree search). A plan whose tree came from
+    the large-network search under ``optimize="auto"``
+    (``_planner.growable``) searches again at top-level call `c` =
+    `first_growth_call`, and again each time the estimated run time of its
+    calls so far (``spent``: each call adds the held plan's ``cost.time``)
+    has doubled since the last growth: a search whose own trials may cost
+    half of ``spent`` and cotengra's reference as much (`grown_plan`; the
+    first search cost about one run). So each growth costs at most
+    ``spent``, and all of them at most twice the estimated run time of the
+    calls made so far (ski rental's bound); a larger budget replays the
+    smaller one's trials (same seed) and adds more. The runner takes the new plan when
+    its estimated saving over as many calls again (`c`, times
+    `GROW_MEASURED_PER_ESTIMATED`) exceeds the new program's compile. Growth
+    stops (the runner is then `steady`) after `GROW_FRUITLESS` searches in a
+    row found no faster tree, once a search's budget affords every trial it
+    may run (`GROW_MAX_TRIALS` own and reference trials), past
+    `GROW_LAST_CALL`, or when ``EINSLICE_GROW=0``. Estimated times, not
+    timed calls: timing would block on each result. ``plan`` stays what the
+    runner holds now (`running_plan`); the caller's `Plan` is unchanged.
     """
 
     def __init__(self, p: Plan) -> None:
+        self.plan = p
         self.calls = 0  # compiled calls
+        self.top_calls = 0  # every call, host or compiled (growth counts them)
         self.host_budget = host_first_seconds(p)
         self.host_spent = 0.0
         self.first = _jitted(compile_options(p))
         self.later = _jitted(compile_options(p, optimized=True))
+        self.request = grown_request(p) if growth_enabled() else None
+        self.spent = 0.0  # the held plans' estimated seconds, summed over calls
+        first = None if self.request is None else first_growth_call(p)
+        # the ``spent`` at which the next growth runs (None: no more growth)
+        self.grow_at = None if first is None else (first - 0.5) * p.cost.time
+        self.growths: list[Growth] = []
+        self.fruitless = 0
+        self._growing = threading.Lock()
 
     @property
     def steady(self) -> bool:
         """Whether the next call runs the program every later call runs."""
         on_host = self.host_spent < self.host_budget
-        return not on_host and (
-            self.first is self.later or self.calls + 1 >= OPTIMIZE_AFTER_CALLS
+        return (
+            not on_host
+            and self.grow_at is None
+            and (self.first is self.later or self.calls + 1 >= OPTIMIZE_AFTER_CALLS)
         )
 
     def __call__(self, p: Plan, config: Config, *args):
+        # (a lost count or sum under threads only delays growth)
+        self.top_calls += 1
+        self.spent += self.plan.cost.time
+        due = self.grow_at is not None and self.spent >= self.grow_at
+        if due and self._growing.acquire(blocking=False):
+            try:
+                if self.grow_at is not None:  # (not grown by another thread)
+                    self._grow()
+            finally:
+                self._growing.release()
+        p = self.plan
         if self.host_spent < self.host_budget and _host_call(p, config, args):
             start = time.perf_counter()
             out = EXECUTORS["host"].run(p, config, args)
@@ -178,6 +328,49 @@ class _TopLevelRun:
         self.calls += 1  # (a lost count under threads only delays the switch)
         run = self.first if self.calls < OPTIMIZE_AFTER_CALLS else self.later
         return run(p, config, *args)
+
+    def _grow(self) -> None:
+        """Search again with this call's budget; take the plan if it pays."""
+        assert self.request is not None
+        calls, held, spent = self.top_calls, self.plan, self.spent
+        # two significant digits: the same request in a new process reaches
+        # the same budget (and the disk's tree) despite summation order
+        budget = float(f"{spent / 2:.2g}")
+        start = time.perf_counter()
+        try:
+            new = grown_plan(self.request, budget, calls)
+        except Exception as error:  # (a call must not fail for it)
+            warnings.warn(
+                f"einslice: the growth search of a plan failed ({error!r}); "
+                "the plan keeps its tree.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            self.grow_at = None
+            return
+        seconds = time.perf_counter() - start
+        saving = held.cost.time - new.cost.time
+        pays = (
+            GROW_MEASURED_PER_ESTIMATED * saving * calls > compile_seconds(new)
+            and new.peak_bytes <= held.memory_limit
+        )
+        if pays:
+            self.plan = new
+            self.first = _jitted(compile_options(new))
+            self.later = _jitted(compile_options(new, optimized=True))
+        self.fruitless = 0 if saving > 0 else self.fruitless + 1
+        n_terms = len(held.prepared)
+        most = GROW_MAX_TRIALS * n_terms
+        most *= TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR
+        done = (
+            self.fruitless >= GROW_FRUITLESS
+            or budget >= most
+            or calls + spent / self.plan.cost.time > GROW_LAST_CALL
+        )
+        self.grow_at = None if done else 2 * spent
+        self.growths.append(
+            Growth(calls, budget, seconds, held.cost.time, new.cost.time, pays)
+        )
 
 
 def _host_call(p: Plan, config: Config, operands) -> bool:
@@ -205,6 +398,24 @@ def _jitted(options: dict[str, object] | None):
 def _top_level_run(p: Plan) -> _TopLevelRun:
     """The runner for ``p`` outside any trace, made once per plan."""
     return _TopLevelRun(p)
+
+
+def running_plan(p: Plan) -> Plan:
+    """The plan ``p``'s calls outside any trace run now: ``p``, or a grown one.
+
+    A plan from the large-network search under ``optimize="auto"`` may be
+    replaced by the plan of a longer search once it has been called often
+    enough (docs/search.md, "Growing with use"); ``p`` itself never
+    changes, and calls inside ``jax.jit``, ``grad`` or ``vmap`` always run
+    it. ``EINSLICE_GROW=0`` turns growth off.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (2, 3), (3, 4))
+        >>> einslice.running_plan(p) is p
+        True
+    """
+    return _top_level_run(p).plan
 
 
 def _weak_result(operands) -> bool:

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -83,7 +84,51 @@ def make_plan(request: PlanRequest) -> Plan:
         >>> make_plan(PlanRequest(eq, 4, "float32", 2**20)).flops
         524288
     """
-    return _plan_of(request, _planned(request))
+    plan = _plan_of(request, _planned(request))
+    remember_growable(plan, request)
+    return plan
+
+
+# The requests of plans whose tree may grow (`growable`), by the plan's
+# identity (an equal plan from a path the caller gave must not grow): the
+# runner (``_exec._run``) searches again from them. A plan no one holds goes.
+_GROWABLE: dict[int, tuple[weakref.ref[Plan], PlanRequest]] = {}
+
+
+def remember_growable(plan: Plan, request: PlanRequest) -> None:
+    """Note ``request`` as ``plan``'s, when its tree may grow (`growable`)."""
+    if growable(request):
+        key = id(plan)
+        gone = lambda _, key=key: _GROWABLE.pop(key, None)  # noqa: E731
+        _GROWABLE[key] = (weakref.ref(plan, gone), request)
+
+
+def growable(request: PlanRequest) -> bool:
+    """Whether a plan of ``request`` may get a longer tree search later.
+
+    Only a tree from the large-network search under ``optimize="auto"``
+    (more than 12 operands after preparation, no tree given, one device): a
+    path, strategy or optimizer the caller chose is kept, and opt_einsum's
+    exact dynamic programming below 12 operands has nothing to grow.
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("ij,jk->ik", 2), ((4, 5), (5, 6)))
+        >>> growable(PlanRequest(eq, 4, "float32", 2**20))
+        False
+    """
+    return (
+        request.optimize in ("auto", True)
+        and request.tree is None
+        and request.placement.single
+        and len(prepare_terms(request.equation)) > _REPLAN_MAX_OPERANDS
+    )
+
+
+def grown_request(plan: Plan) -> PlanRequest | None:
+    """The request ``plan`` was made from, if its tree may grow (`growable`)."""
+    entry = _GROWABLE.get(id(plan))
+    return entry[1] if entry is not None and entry[0]() is plan else None
 
 
 @lru_cache(maxsize=1024)
@@ -375,6 +420,7 @@ class _ForwardSearch:
                 profile=profile,
                 given=equation.terms,
                 runs=PLAN_RUNS if search.runs is None else search.runs,
+                budget=search.budget,
             )
             self.tree_path, self.searched = found.path, found.sliced
         else:

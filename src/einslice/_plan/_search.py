@@ -39,6 +39,9 @@ search it cuts short is not reproducible, so it is not stored on disk).
 Before any trial, quick greedy trees may end the search (rule 0 of
 docs/search.md), improved by subtree reconfiguration when the tree is to
 serve many runs (``runs``, `reconfigured`).
+A growth search (``TreeSearch(budget=...)``: a reused plan's runner searches
+again as its calls add up, ``_exec._run``) reads "the best tree's estimated
+run time" in these rules as its budget where that is larger (`allowance`).
 
 Found trees are cached in memory and as JSON files under
 ``cache_dir() / "trees"`` (a corrupt file is ignored with a warning).
@@ -188,6 +191,13 @@ class TreeSearch:
             weighs a quick tree's run time by (`_quick_trees`); None: the
             caller's (`PLAN_RUNS` for ``einsum`` and ``plan``, whose plans
             are reused; 1 for ``einslice.pgm``'s one-shot values).
+        budget: the cost model's seconds the search may spend (`allowance`):
+            every rule that compares trials with the best tree's estimated
+            run time (rule 0's and the trials' cheap-tree share, rule 2, the
+            reference's budget) compares them with this, where larger. None:
+            the best tree's time, a search that costs about one run; the
+            runner's growth searches raise it with the calls a plan has
+            served (``_exec._run``, docs/search.md).
 
     Example:
         >>> import einslice
@@ -202,6 +212,7 @@ class TreeSearch:
     patience: int | None = None
     seconds: float = 60.0
     runs: int | None = None
+    budget: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("seed", "trials", "patience", "runs"):
@@ -214,6 +225,14 @@ class TreeSearch:
                     f"TreeSearch({name}={value!r}): {name} must be an int >= "
                     f"{least}" + ("" if name == "seed" else " or None") + "."
                 )
+        budget = self.budget
+        if budget is not None and (
+            not isinstance(budget, int | float) or not 0 < budget < math.inf
+        ):
+            raise EinsliceError(
+                f"TreeSearch(budget={budget!r}): budget must be a positive "
+                "number of estimated seconds or None."
+            )
         if not isinstance(self.seconds, int | float) or not self.seconds > 0:
             raise EinsliceError(
                 f"TreeSearch(seconds={self.seconds!r}): seconds must be a positive "
@@ -281,6 +300,7 @@ def search_tree(
     profile: Profile = CPU_DEFAULT,
     given: Sequence[tuple[int, ...]] | None = None,
     runs: int = 1,
+    budget: float | None = None,
 ) -> Found:
     """Search a contraction tree (and sliced indices) for a large network.
 
@@ -304,6 +324,9 @@ def search_tree(
             preparing them is then counted, as the planner counts it.
         runs: how many runs the tree is expected to serve (rule 0 weighs a
             quick tree by it, see `_quick_trees`); part of the cache key.
+        budget: the estimated seconds the search may cost where more than
+            its best tree's run time (`TreeSearch.budget`, `allowance`); part
+            of the cache key.
 
     Returns:
         The best tree found, as a `Found`.
@@ -328,6 +351,7 @@ def search_tree(
         seed,
         trials,
         patience,
+        None if budget is None else float(budget),
         profile,
         None if given_terms == terms else given_terms,
     )
@@ -345,10 +369,11 @@ def _cached(key: tuple, search_seconds: float, runs: int = 1) -> Found:
     best quick tree, which it already costed.
     """
     terms, output, sizes, itemsize, limit, semiring, seed, *_, profile, given = key
+    budget = key[9]
     quick = _quick_trees(
         terms, output, sizes, itemsize, limit, semiring, profile, given, seed
     )
-    if quick is not None and cheap(quick.time, len(terms)):
+    if quick is not None and cheap(allowance(quick.time, budget), len(terms)):
         found = quick
     else:
         found = _searched(key, search_seconds, quick)
@@ -392,7 +417,9 @@ def _digest(key: tuple) -> str:
     def plain(value):  # the profile, field by field
         return {"profile": dataclasses.asdict(value)}
 
-    text = json.dumps([_VERSION, *key], separators=(",", ":"), default=plain)
+    # (a first search, no budget, keeps the digest it had before growth)
+    fields = [*key[:9], *key[10:]] if key[9] is None else list(key)
+    text = json.dumps([_VERSION, *fields], separators=(",", ":"), default=plain)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -557,6 +584,7 @@ def _search(
     seed,
     trials,
     patience,
+    budget,
     profile,
     given,
     *,
@@ -607,11 +635,12 @@ def _search(
         patience,
         deadline - started,
         anneal,
+        budget,
     )
     own = _found(optimizer, len(sizes))
     if annealed and better(annealed[0], own, memory_limit, profile):
         own = dataclasses.replace(annealed[0], trials=own.trials)
-    if not complete or not needs_reference(own, sizes, len(terms)):
+    if not complete or not needs_reference(own, sizes, len(terms), budget):
         return own, complete  # (cut short by the wall-time cap: no time left)
     seconds_left = deadline - time.perf_counter()
     own_trial_seconds = (time.perf_counter() - started) / max(own.trials, 1)
@@ -620,9 +649,9 @@ def _search(
         # cannot end before the deadline would overrun it, so the wall-time
         # cap ends the search here (not reproducible: not stored on disk).
         return own, False
-    budget = reference_budget(own, len(terms))
+    trials_ = reference_budget(own, len(terms), budget)
     tree, reference_complete = reference_search(
-        terms, output, sizes, itemsize, memory_limit, seed, budget, seconds_left
+        terms, output, sizes, itemsize, memory_limit, seed, trials_, seconds_left
     )
     reference = _reference_found(
         tree, terms, output, sizes, itemsize, memory_limit, semiring, profile
@@ -632,27 +661,32 @@ def _search(
         kept = dataclasses.replace(reference, trials=own.trials)
     else:
         kept = dataclasses.replace(own, reference_time=reference.time)
-    return dataclasses.replace(kept, reference_trials=budget), complete
+    return dataclasses.replace(kept, reference_trials=trials_), complete
 
 
-def reference_budget(own: Found, n_terms: int) -> int:
+def reference_budget(own: Found, n_terms: int, budget: float | None = None) -> int:
     """The reference search's trials: at most as many as einslice's own ran.
 
     Fewer when they would cost more than einslice's best tree's estimated run
     time (searching longer cannot pay): each reference trial is counted as
     `REFERENCE_TRIAL_COST_PER_TENSOR` per tensor (the rule that ends
-    einslice's own trials, with cotengra's heavier trial); at least one.
+    einslice's own trials, with cotengra's heavier trial; a growth search's
+    ``budget`` where larger, see `allowance`); at least one.
 
     Example:
         >>> own = Found(((0, 1),), (), 1e9, 10.0, 12, 10**6)  # 10 s, 12 trials
         >>> reference_budget(own, 60), reference_budget(own, 300)
         (12, 4)
     """
-    affordable = int(own.time // (n_terms * REFERENCE_TRIAL_COST_PER_TENSOR))
+    affordable = int(
+        allowance(own.time, budget) // (n_terms * REFERENCE_TRIAL_COST_PER_TENSOR)
+    )
     return max(1, min(own.trials, affordable))
 
 
-def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
+def needs_reference(
+    own: Found, sizes: Sequence[int], n_terms: int, budget: float | None = None
+) -> bool:
     """Whether cotengra's reference search runs after einslice's own trials.
 
     Not when no trial ran (the wall-time cap struck first), when the tree is
@@ -662,7 +696,8 @@ def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
     there a single trial took minutes (a 15x20 lattice at 512 kB: 225 s); nor
     when one trial (`reference_trial_seconds`) is estimated to cost more than
     `REFERENCE_BUDGET_FACTOR` times einslice's own trials and its tree's run
-    time together (a search that cannot pay for itself).
+    time together (a search that cannot pay for itself). A growth search
+    counts its ``budget`` where larger than the tree's run time (`allowance`).
 
     Example:
         >>> own = Found(((0, 1),), (0,), 1e9, 1.0, 4, 10**6)
@@ -671,12 +706,13 @@ def needs_reference(own: Found, sizes: Sequence[int], n_terms: int) -> bool:
     """
     slices = math.prod(sizes[i] for i in own.sliced)
     own_search = own.trials * n_terms * TRIAL_COST_PER_TENSOR
-    allowance = REFERENCE_BUDGET_FACTOR * (own_search + own.time)
+    spend = allowance(own.time, budget)
+    most = REFERENCE_BUDGET_FACTOR * (own_search + spend)
     return (
         own.trials > 0
-        and not cheap(own.time, n_terms)
+        and not cheap(spend, n_terms)
         and slices <= REFERENCE_MAX_SLICES
-        and reference_trial_seconds(n_terms, slices) <= allowance
+        and reference_trial_seconds(n_terms, slices) <= most
     )
 
 
@@ -1100,6 +1136,33 @@ def _pairwise(inputs, output, size_dict, path) -> Path:
     return tuple(tuple(int(p) for p in step) for step in path)
 
 
+def allowance(best_time: float, budget: float | None) -> float:
+    """What a search may spend, in the cost model's seconds: its stopping rules.
+
+    The best tree's estimated run time (a first search costs about one run),
+    or ``budget`` where larger (a growth search, ``TreeSearch.budget``).
+
+    Example:
+        >>> allowance(0.5, None), allowance(0.5, 4.0), allowance(8.0, 4.0)
+        (0.5, 4.0, 8.0)
+    """
+    return best_time if budget is None else max(best_time, budget)
+
+
+def least_search_cost(n_terms: int) -> float:
+    """What a search that runs any trial costs at least: its minimum trials.
+
+    ``ceil(MIN_TENSOR_TRIALS / n)`` trials of `TRIAL_COST_PER_TENSOR` per
+    tensor (rule 1), in the cost model's seconds; a growth search
+    (``_exec._run``) waits until it can afford that.
+
+    Example:
+        >>> least_search_cost(64) == 4 * 64 * TRIAL_COST_PER_TENSOR
+        True
+    """
+    return -(-MIN_TENSOR_TRIALS // n_terms) * n_terms * TRIAL_COST_PER_TENSOR
+
+
 def cheap(seconds: float, n_terms: int) -> bool:
     """Whether a tree this fast ends the search: below `CHEAP_TREE_SHARE` of a trial.
 
@@ -1147,13 +1210,15 @@ def _run_trials(
     patience,
     search_seconds,
     anneal: Callable[[float], float] | None = None,
+    budget: float | None = None,
 ) -> bool:
     """Search trial by trial until good enough or out of patience; False on timeout.
 
     ``anneal``: called once, with the best estimate so far, when the minimum
     trials (or all ``trials``) have run; it returns the estimate of
     the tree it found (inf: none), which the stopping rules then count as the
-    best so far.
+    best so far. ``budget``: what the trials may cost where more than the
+    best tree's estimate (the cheap-tree share and rule 2, `allowance`).
     """
     inputs, labels, size_dict = labelled(terms, output, sizes)
     deadline = time.perf_counter() + search_seconds
@@ -1168,14 +1233,14 @@ def _run_trials(
             optimizer.search(inputs, labels, size_dict)
             best_time = min(bound, optimizer.best.get("einslice_time", math.inf))
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
-            if cheap(best_time, len(terms)):
+            if cheap(allowance(best_time, budget), len(terms)):
                 return True
             if done * len(terms) >= MIN_TENSOR_TRIALS or done == trials:
                 if anneal is not None:
                     bound = anneal(best_time)
                     best_time = min(bound, best_time)
                     anneal = None
-                if best_time < done * trial_cost or (
+                if allowance(best_time, budget) < done * trial_cost or (
                     optimizer.trials_since_best >= patience
                 ):
                     return True
