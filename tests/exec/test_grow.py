@@ -97,6 +97,7 @@ def test_growth_runs_the_real_search_and_ends_steady(early, monkeypatch):
         return search_tree(*a, **k)
 
     monkeypatch.setattr(_planner, "search_tree", recording)
+    monkeypatch.setattr(_run, "GROW_PATIENT_TRIALS", 0)  # any budget counts
     runner = _run._top_level_run(p)
     expected = _reference(ops)
     calls = 0
@@ -169,3 +170,18 @@ def test_a_grown_search_budget_is_part_of_the_tree_cache_key():
     assert first.path and grown.path  # both searched, separately cached
     with pytest.raises(einslice.EinsliceError, match="budget"):
         einslice.TreeSearch(budget=0.0)
+
+
+def test_growth_goes_on_past_searches_too_small_to_count(early):
+    # two growths that found nothing, at budgets of a few trials: not the end
+    args, ops = _ring(2)
+    p = einslice.plan(*args)
+    runner = _run._top_level_run(p)
+    while len(runner.growths) < 2:
+        p(*ops)
+    trial = len(p.prepared) * (
+        _run.TRIAL_COST_PER_TENSOR + _run.REFERENCE_TRIAL_COST_PER_TENSOR
+    )
+    assert all(g.budget < _run.GROW_PATIENT_TRIALS * trial for g in runner.growths)
+    assert not any(g.found < g.before for g in runner.growths)
+    assert not runner.steady and runner.grow_at is not None

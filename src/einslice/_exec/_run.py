@@ -165,6 +165,13 @@ GROW_MAX_TRIALS = 64
 # with the same seed a larger budget replays the trials before and adds some,
 # so two that found nothing mean the trials have run out of ideas (patience).
 GROW_FRUITLESS = 2
+# ... counting only searches whose budget affords GROW_PATIENT_TRIALS own and
+# reference trials: the first growths of a plan come at small budgets (half
+# the calls' run time so far) and replay a trial or two. random-hyper-50
+# (einsum-benchmark) stopped after growths of 0.53 and 1.1 s found its tree
+# again, at 38 ms estimated; a 2.2 s budget finds one of 18.8 ms (10^8.45
+# FLOPs, cotengra's 32 trials: 10^8.5) and 4.4-17.6 s no better.
+GROW_PATIENT_TRIALS = 8
 # No growth is scheduled past this call: a plan so cheap that its first growth
 # would wait longer (the least search cost over its estimated run time) is
 # steady at once. At 10^5 the einsum-benchmark networks all grow (a 190-tensor
@@ -273,7 +280,8 @@ class _TopLevelRun:
     its estimated saving over as many calls again (`c`, times
     `GROW_MEASURED_PER_ESTIMATED`) exceeds the new program's compile. Growth
     stops (the runner is then `steady`) after `GROW_FRUITLESS` searches in a
-    row found no faster tree, once a search's budget affords every trial it
+    row found no faster tree (counting those that afforded
+    `GROW_PATIENT_TRIALS` trials), once a search's budget affords every trial it
     may run (`GROW_MAX_TRIALS` own and reference trials), past
     `GROW_LAST_CALL`, or when ``EINSLICE_GROW=0``. Estimated times, not
     timed calls: timing would block on each result. ``plan`` stays what the
@@ -358,10 +366,14 @@ class _TopLevelRun:
             self.plan = new
             self.first = _jitted(compile_options(new))
             self.later = _jitted(compile_options(new, optimized=True))
-        self.fruitless = 0 if saving > 0 else self.fruitless + 1
-        n_terms = len(held.prepared)
-        most = GROW_MAX_TRIALS * n_terms
-        most *= TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR
+        trial = len(held.prepared) * (
+            TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR
+        )  # one own and one reference trial
+        if saving > 0:
+            self.fruitless = 0
+        elif budget >= GROW_PATIENT_TRIALS * trial:
+            self.fruitless += 1
+        most = GROW_MAX_TRIALS * trial
         done = (
             self.fruitless >= GROW_FRUITLESS
             or budget >= most
