@@ -167,8 +167,6 @@ def test_larger_map_values_equal_toulbar2s_optimum(name):
 def test_large_derivatives_on_the_host_stay_within_the_limit(name, semiring, limit):
     # issue 21.3: these used to compile their gradient (Grids_15 MAR: 74 s);
     # the host's takes seconds, within the limit its bound was checked against
-    import tracemalloc
-
     from einslice._exec._host_grad import host_grad_peak_bytes, recompute_schedule
     from einslice.pgm import _infer
 
@@ -180,20 +178,11 @@ def test_large_derivatives_on_the_host_stay_within_the_limit(name, semiring, lim
     # a plan whose derivative fits keeping every node is preferred (faster)
     assert not prepared.recompute
     assert not recompute_schedule(prepared.plan, prepared.plan.memory_limit).splits
-    tracemalloc.start()
-    try:
-        found = prepared.host_derivative()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert found is not None and peak <= bound
-    value = prepared.network.offset + found[0]
+    value, grads = _host_derivative_within(prepared, bound)
     if semiring == "log":
-        assert value == pytest.approx(log_partition(model, evidence), abs=1e-3)
-        for grad in found[1]:  # each table's marginal
-            assert np.isfinite(grad).all() and grad.sum() == pytest.approx(1, abs=1e-9)
+        _assert_marginals(value, grads, model, evidence)
     else:
-        x = _infer._argmax_states(prepared.network, list(found[1]))
+        x = _infer._argmax_states(prepared.network, list(grads))
         assert prepared.network.model.log_score(x) == pytest.approx(value, abs=1e-3)
 
 
@@ -226,8 +215,6 @@ def test_the_forward_plans_derivative_recomputes_ranges_within_the_limit():
     # issue 21.2: linkage_15's marginals (4.1 GB of nodes, no derivative plan
     # within 1 GB) take this road; Grids_15's unsliced forward plan at 1 GB
     # keeps 2.1 GB of nodes, a smaller case of the same
-    import tracemalloc
-
     from einslice._exec._host_grad import host_grad_peak_bytes, recompute_schedule
     from einslice.pgm import _infer
 
@@ -243,6 +230,14 @@ def test_the_forward_plans_derivative_recomputes_ranges_within_the_limit():
     assert recompute_schedule(plan, plan.memory_limit).splits
     bound = host_grad_peak_bytes(plan, plan.memory_limit)
     assert bound <= plan.memory_limit
+    value, grads = _host_derivative_within(prepared, bound)
+    _assert_marginals(value, grads, model, evidence)
+
+
+def _host_derivative_within(prepared, bound: int):
+    """The host's value (offset added) and gradient, allocating at most ``bound``."""
+    import tracemalloc
+
     tracemalloc.start()
     try:
         found = prepared.host_derivative()
@@ -250,7 +245,10 @@ def test_the_forward_plans_derivative_recomputes_ranges_within_the_limit():
     finally:
         tracemalloc.stop()
     assert found is not None and peak <= bound
-    value = prepared.network.offset + found[0]
+    return prepared.network.offset + found[0], found[1]
+
+
+def _assert_marginals(value, grads, model, evidence) -> None:
     assert value == pytest.approx(log_partition(model, evidence), abs=1e-3)
-    for grad in found[1]:  # each table's marginal
+    for grad in grads:  # each table's marginal
         assert np.isfinite(grad).all() and grad.sum() == pytest.approx(1, abs=1e-9)

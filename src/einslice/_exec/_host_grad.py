@@ -215,18 +215,11 @@ def _log_peak_bytes(plan: Plan | HostWalk, splits: Splits) -> int:
         for n in state:
             drop(n)
 
-    def walk(a: int, b: int, state: list[int]) -> None:
-        m = splits.get((a, b))
-        if m is None:
-            leaf(a, b, state)
-            return
-        later = advance(a, m, state)
-        walk(m, b, later)
-        for n in later:
+    def release(held: list[int]) -> None:
+        for n in held:
             drop(n)
-        walk(a, m, state)
 
-    walk(0, len(steps), [])
+    _walk_ranges(splits, leaf, advance, release, 0, len(steps), [])
     peak = max(peak, alive + cotangents + temporaries)
     return 8 * (3 * sum(tables) + peak) + BUFFER_BYTES
 
@@ -524,8 +517,8 @@ def _log_value_and_grad(
 ) -> tuple[float, list[np.ndarray]] | None:
     """One chunk's log-value and gradient, its ranges recomputed as ``splits`` say.
 
-    ``walk(a, b, state)`` takes the steps ``a..b-1`` backward given
-    ``state``, the nodes alive before step ``a``: a range that ``splits``
+    `_walk_ranges` takes the steps ``a..b-1`` backward given ``state``,
+    the nodes alive before step ``a``: a range that ``splits``
     divides at ``m`` runs ``a..m-1`` forward keeping only what is alive at
     ``m``, takes ``m..b`` backward from there, drops that, and then takes
     ``a..m`` backward from ``state``; any other range runs its steps forward,
@@ -591,18 +584,8 @@ def _log_value_and_grad(
                     scaled, step.result, m_scaled, terms[other], terms[this]
                 )
 
-    def walk(a: int, b: int, state: dict) -> None:
-        m = splits.get((a, b))
-        if m is None:
-            leaf(a, b, state)
-            return
-        later = advance(a, m, state)
-        walk(m, b, later)
-        del later
-        walk(a, m, state)
-
     try:
-        walk(0, len(steps), {})
+        _walk_ranges(splits, leaf, advance, dict.clear, 0, len(steps), {})
     except _Underflow:
         return None
     except _ZeroValue:
@@ -613,6 +596,26 @@ def _log_value_and_grad(
         grads.append(_table_grad(x, term, terms[k], cotangents.pop(k), shift))
         leaves[k] = None
     return found[0], grads
+
+
+def _walk_ranges(splits: Splits, leaf, advance, release, a: int, b: int, state):
+    """Take steps ``a..b-1`` backward as ``splits`` say, from ``state`` (alive at a).
+
+    One driver for the walk (`_log_value_and_grad`) and its bound
+    (`_log_peak_bytes`), so that the bound counts the schedule the walk runs:
+    a split range runs ``a..m-1`` forward (``advance``: what is alive at
+    ``m``), takes ``m..b`` backward from that, ``release``-s it, and then takes
+    ``a..m`` backward from ``state``; any other range is a ``leaf``.
+    """
+    m = splits.get((a, b))
+    if m is None:
+        leaf(a, b, state)
+        return
+    later = advance(a, m, state)
+    _walk_ranges(splits, leaf, advance, release, m, b, later)
+    release(later)  # (the walk's: its nodes go before the first half's walk)
+    del later
+    _walk_ranges(splits, leaf, advance, release, a, m, state)
 
 
 class _ZeroValue(Exception):
