@@ -62,9 +62,6 @@ from .._plan._types import HostWalk, Plan, Step
 from .._plan._walk import MAX_BLOCK_ENTRIES
 from ._host import (
     EINSUM_MAX_ENTRIES,
-    ENTRY_SECONDS,
-    FLOP_SECONDS,
-    STEP_SECONDS,
     _einsum_pair,
     _prepare,
     _scaled_step,
@@ -72,6 +69,7 @@ from ._host import (
     _to_scaled,
     _Underflow,
     host_seconds,
+    step_seconds,
 )
 
 # The backward walk contracts two einsums a step (a cotangent for each side)
@@ -378,21 +376,9 @@ def _split_ranges(plan: Plan | HostWalk, budget: int) -> dict[tuple[int, int], i
 
 def _replay_seconds(plan: Plan | HostWalk, splits: Splits) -> float:
     """The host model's time of the forward steps ``splits`` runs a second time."""
-    node = _node_entries(plan)
-    n_operands, steps = len(plan.equation.shapes), plan.steps
-    sizes = list(plan.equation.sizes)
-    for index, chunk in plan.chunks:
-        sizes[index] = chunk
-    seconds = 0.0
-    for (a, _), m in splits.items():
-        for s in range(a, m):
-            flops = 2 * prod(sizes[i] for i in (*steps[s].result, *steps[s].contracted))
-            seconds += (
-                STEP_SECONDS
-                + ENTRY_SECONDS * node[n_operands + s]
-                + FLOP_SECONDS * flops
-            )
-    return seconds * plan.n_chunks
+    seconds = step_seconds(plan)
+    replayed = sum(sum(seconds[a:m]) for (a, _), m in splits.items())
+    return replayed * plan.n_chunks
 
 
 def host_value_and_grad(
