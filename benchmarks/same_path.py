@@ -7,13 +7,14 @@ limit, ``jax.jit(jnp.einsum(..., optimize=path))`` and
 ``opt_einsum.contract_expression(..., optimize=path)`` on numpy. einslice is
 called until its runner is steady (host walk, compiled, then optimized at
 its 100th compiled call; an explicit path never grows); then the three are
-timed in interleaved rounds, one call each per round, float32, and the
-median per method is reported with einslice's ratio to the faster peer
-(> 1: einslice faster). Where the path does not fit the limit unsliced,
-einslice slices it and the row says so.
+timed in interleaved rounds of ``--block`` calls each (the first of each
+block not kept, see `_rounds`), float32, and the median per method is
+reported with einslice's ratio to the faster peer (> 1: einslice faster).
+Where the path does not fit the limit unsliced, einslice slices it and the
+row says so.
 
 Usage:
-    python benchmarks/same_path.py [--rounds 41] [--limit 256MB] NAME [NAME ...]
+    python benchmarks/same_path.py [--rounds 9] [--block 20] [--limit 256MB] NAME...
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ import networks as nets
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="+")
-    ap.add_argument("--rounds", type=int, default=41)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--block", type=int, default=20)
     ap.add_argument("--limit", default="256MB")
     args = ap.parse_args()
 
@@ -48,7 +50,10 @@ def main() -> int:
 
     by_name = {n.name: n for n in nets.networks()}
     load = os.getloadavg()[0]
-    print(f"load average {load:.2f}; jax {jax.__version__}; {args.rounds} rounds")
+    print(
+        f"load average {load:.2f}; jax {jax.__version__}; {args.rounds} rounds "
+        f"of {args.block} calls each (the first of each not kept)"
+    )
     print(
         "| network | steps | sliced | einslice ms | jnp same path ms "
         "| oe-numpy same path ms | einslice ÷ faster peer |"
@@ -81,7 +86,7 @@ def main() -> int:
             "jnp": (lambda f, xs: f(*xs).block_until_ready(), jitted, ops),
             "oe": (lambda f, xs: f(*xs), expr, host),
         }
-        times = _rounds(calls, args.rounds)
+        times = _rounds(calls, args.rounds, args.block)
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         peer = min(med["jnp"], med["oe"])
         print(
@@ -93,14 +98,30 @@ def main() -> int:
     return 0
 
 
-def _rounds(calls: dict, rounds: int) -> dict[str, list[float]]:
-    """Each call's times over ``rounds`` rounds, one call of each per round."""
+_PAUSE = 0.25
+
+
+def _rounds(calls: dict, rounds: int, block: int) -> dict[str, list[float]]:
+    """Each call's times over ``rounds`` rounds of ``block`` calls of each.
+
+    Each block starts after a pause of `_PAUSE` seconds, and its first call
+    is not kept: both pay for the switch between the peers' thread pools.
+    OpenBLAS's threads spin for a while after a numpy product (about 0.1 s)
+    and slow the next XLA program on 2 cores: one call of each per round made
+    random-connected-60's XLA programs 1.6x slower (1.0x with
+    OPENBLAS_NUM_THREADS=1), and blocks of 5 without the pause still 1.5x
+    for einslice, whose block followed numpy's. A user calls one of them,
+    not all three in turn.
+    """
     times: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(rounds):
         for key, (call, fn, operands) in calls.items():
-            start = time.perf_counter()
-            call(fn, operands)
-            times[key].append(time.perf_counter() - start)
+            time.sleep(_PAUSE)
+            for k in range(block):
+                start = time.perf_counter()
+                call(fn, operands)
+                if k:
+                    times[key].append(time.perf_counter() - start)
     return times
 
 

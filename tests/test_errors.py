@@ -176,10 +176,22 @@ def test_bad_interleaved_labels():
         einslice.einsum(a, [0, 1], a, [1, 2], [0, 7])
 
 
-def test_plan_called_with_other_shapes():
+@pytest.mark.parametrize("kind", ["jax", "numpy", "list"])
+@pytest.mark.parametrize("called_before", [False, True])
+def test_plan_called_with_other_shapes(kind, called_before):
+    # jax and numpy arrays skip the Python check (jit's dispatch compares
+    # shapes; a new one traces, and the trace checks): also after a call
+    # compiled the program for the right shapes
     p = einslice.plan("ij,jk->ik", (2, 3), (3, 4))
-    with raises("(2, 3)"):
-        p(*ones((2, 5), (5, 4)))
+    if called_before:
+        p(*ones((2, 3), (3, 4)))
+    wrong = ones((2, 5), (5, 4))
+    if kind != "jax":
+        wrong = [np.asarray(x) for x in wrong]
+    if kind == "list":
+        wrong = [x.tolist() for x in wrong]
+    with raises("(2, 3)", "(2, 5)", "einslice.plan"):
+        p(*wrong)
 
 
 def test_errors_name_the_equation_and_are_raised_under_jit():

@@ -10,6 +10,9 @@ here, so that a new JAX release is checked against this one file:
   ``supported_options`` keeps the ones this backend accepts.
 - The weak-type cast: JAX has no public way to mark an array weakly typed;
   jnp.einsum itself ends with the private ``_convert_element_type``.
+- The class of a concrete JAX array (``ArrayImpl``): ``isinstance(x,
+  jax.Array)`` holds for tracers too, and a plan's call tells the two apart
+  by class in one pass over its operands (``_run.execute_plan``).
 """
 
 from __future__ import annotations
@@ -20,8 +23,15 @@ from typing import cast
 import jax
 import numpy as np
 
+# The concrete array class (jax/_src/array.py); present in 0.9-0.12.
+from jax._src.array import ArrayImpl
+
 # jnp.einsum's own weak cast (jax/_src/numpy/einsum.py); present in 0.9-0.12.
 from jax._src.lax import lax as _lax_internal
+
+# Operands whose shapes jax.jit's dispatch checks on every call: a new shape
+# traces the program again, and the trace checks it against the plan.
+CONCRETE_ARRAYS = frozenset({ArrayImpl, np.ndarray})
 
 
 def supported_options(options: dict[str, object]) -> dict[str, object]:

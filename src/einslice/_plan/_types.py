@@ -7,7 +7,7 @@ is data, and execution is a plain walk over it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from math import prod
 from typing import Any, Protocol, TypeVar
 
@@ -206,7 +206,9 @@ class Steps:
     indices after diagonals and private sums) and ``steps``.
     """
 
-    __slots__ = ()
+    # ``_hash``: `Plan.__hash__`'s cache (a slot, not a field: neither
+    # compared, shown nor copied by ``dataclasses.replace``).
+    __slots__ = ("_hash",)
     prepared: tuple[tuple[int, ...], ...]
     steps: tuple[Step, ...]
 
@@ -374,6 +376,21 @@ class Plan(Steps):
             return self
         return replace(self, steps=self.steps[: -self.hoisted], hoisted=0)
 
+    def __hash__(self) -> int:
+        """The hash of the compared fields, computed once per plan.
+
+        Every call of a plan hashes it twice (its runner's cache and
+        ``jax.jit``'s static argument): 16 us each for a 99-step plan, a
+        tenth of a 100-tensor tree's 1 ms call before it was cached. The
+        fields are immutable, so the cache never goes stale.
+        """
+        try:
+            return self._hash
+        except AttributeError:
+            value = hash(tuple(getattr(self, f.name) for f in _HASHED_FIELDS))
+            object.__setattr__(self, "_hash", value)
+            return value
+
     def __call__(self, *operands, precision=None, preferred_element_type=None):
         """Run the plan on operands of the planned shapes (jit/vmap/grad safe)."""
         if _runner is None:
@@ -399,6 +416,12 @@ class Plan(Steps):
             f"sliced={self.sliced}, flops={self.flops:.3g}, "
             f"peak_bytes={self.peak_bytes})"
         )
+
+
+# What `Plan.__hash__` hashes: the fields its equality compares.
+_HASHED_FIELDS = tuple(
+    f for f in fields(Plan) if (f.compare if f.hash is None else f.hash)
+)
 
 
 @dataclass(frozen=True, slots=True)
