@@ -3,7 +3,8 @@
 A ring of 16 small matrices is planned by the large-network search under
 ``optimize="auto"``; the tests make its first growth come early (the least
 search cost patched to zero: growth at `PLAN_RUNS` calls) and, where a
-switch is wanted, hand the runner a cheaper plan along another path.
+switch is wanted, hand the runner a cheaper plan along another path and
+timings (`_run.timed_programs`) that say which program is faster.
 """
 
 from __future__ import annotations
@@ -55,6 +56,18 @@ def _cheaper(p, args):
     )
 
 
+def _timings(*seconds):
+    """A `timed_programs` stand-in: these medians, in the order given."""
+
+    def timed(plans, programs, config, args):
+        assert len(plans) == len(seconds) == len(programs)
+        for plan, program in zip(plans, programs, strict=True):
+            program(plan, config, *args)  # (the programs run)
+        return [_run.Timing(s, 0.0) for s in seconds]
+
+    return timed
+
+
 def test_a_searched_plan_switches_to_a_faster_grown_plan_and_stays_exact(
     early, monkeypatch
 ):
@@ -66,9 +79,10 @@ def test_a_searched_plan_switches_to_a_faster_grown_plan_and_stays_exact(
 
     def grown(request, budget, calls):
         asked.append((budget, calls))
-        return cheaper
+        return cheaper, None
 
-    monkeypatch.setattr(_run, "grown_plan", grown)
+    monkeypatch.setattr(_run, "grown_plans", grown)
+    monkeypatch.setattr(_run, "timed_programs", _timings(1.0, 0.01))
     monkeypatch.setattr(_run, "compile_seconds", lambda plan: 0.0)
     runner = _run._top_level_run(p)
     expected = _reference(ops)
@@ -84,6 +98,50 @@ def test_a_searched_plan_switches_to_a_faster_grown_plan_and_stays_exact(
         np.testing.assert_allclose(float(p(*ops)), expected, rtol=1e-12)
     assert p.path == path_before  # the caller's plan is what describe() says
     assert [g.switched for g in runner.growths][:1] == [True]
+    assert runner.growths[0].timed == (1.0, 0.01)
+
+
+@pytest.mark.parametrize("which", ["grown", "runner-up"])
+def test_growth_takes_the_plan_that_times_fastest_not_the_best_estimate(
+    early, monkeypatch, which
+):
+    # the grown plan is estimated 100x faster; the runner-up tree's plan 1.5x
+    # slower (within GROW_TIME_WITHIN of the best estimate: timed too)
+    args, ops = _ring()
+    p = einslice.plan(*args)
+    cheaper = _cheaper(p, args)
+    second = einslice.plan(*args, optimize=[(1, 2)] * (N - 2) + [(0, 1)])
+    second = dataclasses.replace(
+        second, cost=dataclasses.replace(second.cost, time=cheaper.cost.time * 1.5)
+    )
+    assert len({p.path, cheaper.path, second.path}) == 3
+    monkeypatch.setattr(_run, "grown_plans", lambda *a: (cheaper, second))
+    # measured: held 1.0, grown 2.0 (the model was wrong), runner-up 0.5 or 3.0
+    medians = (1.0, 2.0, 0.5) if which == "runner-up" else (1.0, 0.9, 3.0)
+    monkeypatch.setattr(_run, "timed_programs", _timings(*medians))
+    monkeypatch.setattr(_run, "compile_seconds", lambda plan: 0.0)
+    runner = _run._top_level_run(p)
+    for _ in range(_run.PLAN_RUNS):
+        np.testing.assert_allclose(float(p(*ops)), _reference(ops), rtol=1e-12)
+    assert runner.growths[0].timed == medians
+    assert einslice.running_plan(p) is (second if which == "runner-up" else cheaper)
+
+
+def test_a_plan_estimated_faster_but_timed_slower_is_not_taken(early, monkeypatch):
+    args, ops = _ring()
+    p = einslice.plan(*args)
+    cheaper = _cheaper(p, args)
+    monkeypatch.setattr(_run, "grown_plans", lambda *a: (cheaper, None))
+    monkeypatch.setattr(_run, "timed_programs", _timings(1.0, 1.5))
+    monkeypatch.setattr(_run, "compile_seconds", lambda plan: 0.0)
+    monkeypatch.setattr(_run, "GROW_PATIENT_TRIALS", 0)  # any budget counts
+    runner = _run._top_level_run(p)
+    while not runner.steady:
+        p(*ops)
+        assert runner.top_calls <= 8 * _run.PLAN_RUNS, "growth never ended"
+    assert einslice.running_plan(p) is p
+    assert len(runner.growths) == _run.GROW_FRUITLESS  # each found nothing faster
+    assert not any(g.switched for g in runner.growths)
 
 
 def test_growth_runs_the_real_search_and_ends_steady(early, monkeypatch):
@@ -117,7 +175,7 @@ def test_nothing_grows_inside_jit_or_grad(early, monkeypatch):
     args, ops = _ring()
     p = einslice.plan(*args)
     asked = []
-    monkeypatch.setattr(_run, "grown_plan", lambda *a: asked.append(a) or p)
+    monkeypatch.setattr(_run, "grown_plans", lambda *a: asked.append(a) or (p, None))
     expected = _reference(ops)
     jitted = jax.jit(p)
     gradient = jax.jit(jax.grad(lambda a, *rest: p(a, *rest)))
@@ -133,7 +191,7 @@ def test_the_off_switch_keeps_the_plan(early, monkeypatch):
     args, ops = _ring()
     p = einslice.plan(*args)
     asked = []
-    monkeypatch.setattr(_run, "grown_plan", lambda *a: asked.append(a) or p)
+    monkeypatch.setattr(_run, "grown_plans", lambda *a: asked.append(a) or (p, None))
     runner = _run._top_level_run(p)
     assert runner.steady  # nothing left to grow
     for _ in range(3 * _run.PLAN_RUNS):
@@ -153,7 +211,7 @@ def test_a_tree_the_caller_chose_never_grows(early, monkeypatch, how):
     p = einslice.plan(*args, optimize=optimize)
     _run._top_level_run.cache_clear()  # (an equal plan shares a runner)
     asked = []
-    monkeypatch.setattr(_run, "grown_plan", lambda *a: asked.append(a) or p)
+    monkeypatch.setattr(_run, "grown_plans", lambda *a: asked.append(a) or (p, None))
     runner = _run._top_level_run(p)
     assert runner.steady
     for _ in range(3 * _run.PLAN_RUNS):

@@ -200,6 +200,12 @@ def _never_worse(equation, limit, seed):
     assert ran, "meant to run the reference search"
     budget = found.reference_trials  # the search's budget rule, stated in _search
     assert budget >= 1
+    # the other side's best tree is kept for growth to time (`_run`), and
+    # survives the disk's JSON
+    assert found.runner_up is not None and found.runner_up.runner_up is None
+    assert {found.by, found.runner_up.by} == {"einslice", "cotengra"}
+    stored = json.loads(json.dumps(_search._to_json(found)))
+    assert _search._from_json(stored) == found
     tree = _cotengra_tree(terms, output, sizes, limit, seed, budget)
     path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
     index = label_indices(len(sizes))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import statistics
 import threading
 import time
 import warnings
@@ -20,8 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import core, lax
 
-from .._errors import EinsliceError
-from .._plan._planner import grown_request, make_plan
+from .._errors import EinsliceError, MemoryLimitError
+from .._plan._planner import grown_request, make_plan, runner_up_request
 from .._plan._request import PlanRequest
 from .._plan._search import (
     PLAN_RUNS,
@@ -195,11 +196,22 @@ GROW_LAST_CALL = 10**5
 # einsum-benchmark networks on this CPU: the grown plans of
 # benchmarks/results/networks.md ran 2.0-3.7x their estimates (lattice-8x8
 # 0.99 -> 1.97 ms, randreg-60 15.4 -> 32.6 ms, mera-p-first-last 3.3 -> 8.0
-# ms, ctg-lattice-10x10 0.94 -> 3.5 ms; loaded machine). A growth's saving
-# per call is counted as this times the estimated saving against the new
-# program's compile (`_executors.compile_seconds`, wall seconds). 2, the low
-# end, errs towards keeping the program already compiled.
+# ms, ctg-lattice-10x10 0.94 -> 3.5 ms; loaded machine). A growth compiles and
+# times a plan only when its estimated compile (`_executors.compile_seconds`,
+# wall seconds) is at most this times ``spent``, the estimated run time of the
+# calls so far: about what they took (ski rental). 2, the low end, errs
+# towards not compiling.
 GROW_MEASURED_PER_ESTIMATED = 2.0
+# A growth times, beside the held plan, the grown search's plan and the plan
+# of its runner-up tree (the other side's best: `_search.Found.runner_up`)
+# when estimated within this factor of the best estimate of the three: the
+# model ranks close trees wrongly by that much (randreg-50, einsum-benchmark:
+# einslice's own tree estimated 4.65 ms ran 6.8 ms; cotengra's, estimated
+# 6.94 ms, ran 5.9 ms, as fast as cotengra's own jax backend).
+GROW_TIME_WITHIN = 2.0
+# Each timed program runs once to compile and warm up, then this many calls,
+# interleaved one call per program per round; the median is kept.
+GROW_TIMED_CALLS = 5
 _OFF = ("0", "false", "no", "off")
 
 
@@ -236,16 +248,27 @@ def first_growth_call(p: Plan) -> int | None:
     return call if call <= GROW_LAST_CALL else None
 
 
-def grown_plan(request: PlanRequest, budget: float, calls: int) -> Plan:
-    """``request``'s plan from a tree search that may cost ``budget`` (estimated s).
+def grown_plans(
+    request: PlanRequest, budget: float, calls: int
+) -> tuple[Plan, Plan | None]:
+    """The plans of a grown tree search and of its runner-up tree (or None).
 
-    The same request (limit, semiring, dtype, profile, devices) with
+    The search may cost ``budget`` (the cost model's seconds): the same
+    request (limit, semiring, dtype, profile, devices) with
     ``optimize=TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=...)``,
     seed 0 as ``"auto"``'s: reproducible, and cached in memory and on disk as
-    any search (the budget is part of the key).
+    any search (the budget is part of the key). The runner-up is the tree
+    the search ranked second, sliced again for the limit
+    (`_planner.runner_up_request`).
     """
     search = TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=budget)
-    return make_plan(dataclasses.replace(request, optimize=search))
+    grown = dataclasses.replace(request, optimize=search)
+    other = runner_up_request(grown)
+    try:
+        second = None if other is None else make_plan(other)
+    except MemoryLimitError:  # (its slicing at the limit may not fit)
+        second = None
+    return make_plan(grown), second
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,7 +281,11 @@ class Growth:
         seconds: its wall time (search and planning).
         before: the estimated time of the plan the runner held.
         found: the estimated time of the grown search's plan.
-        switched: whether the runner took the grown plan.
+        switched: whether the runner took a new plan (the grown search's or
+            its runner-up tree's).
+        timed: the measured seconds per call of the programs timed (`timed_
+            programs`), the held plan's first; empty when none was timed.
+        chosen: the estimated time of the plan held after this growth.
     """
 
     call: int
@@ -267,6 +294,8 @@ class Growth:
     before: float
     found: float
     switched: bool
+    timed: tuple[float, ...] = ()
+    chosen: float = math.nan
 
 
 class _TopLevelRun:
@@ -289,16 +318,22 @@ class _TopLevelRun:
     first search cost about one run). So each growth costs at most
     ``spent``, and all of them at most twice the estimated run time of the
     calls made so far (ski rental's bound); a larger budget replays the
-    smaller one's trials (same seed) and adds more. The runner takes the new plan when
-    its estimated saving over as many calls again (`c`, times
-    `GROW_MEASURED_PER_ESTIMATED`) exceeds the new program's compile. Growth
-    stops (the runner is then `steady`) after `GROW_FRUITLESS` searches in a
+    smaller one's trials (same seed) and adds more. The grown plan and the
+    plan of the search's runner-up tree, where either differs from the held
+    plan and is estimated within `GROW_TIME_WITHIN` of the best of the
+    three, are compiled and timed beside the held one on this call's
+    operands (`timed_programs`; when their estimated compile costs no more
+    than the calls so far): the runner takes the fastest when its measured
+    saving over as many calls again (`c`) exceeds its measured compile.
+    Without a plan to time (none differs), nothing changes. Growth stops
+    (the runner is then `steady`) after `GROW_FRUITLESS` searches in a
     row found no faster tree (counting those that afforded
     `GROW_PATIENT_TRIALS` trials), once a search's budget affords every trial it
     may run (`GROW_MAX_TRIALS` own and reference trials), past
-    `GROW_LAST_CALL`, or when ``EINSLICE_GROW=0``. Estimated times, not
-    timed calls: timing would block on each result. ``plan`` stays what the
-    runner holds now (`running_plan`); the caller's `Plan` is unchanged.
+    `GROW_LAST_CALL`, or when ``EINSLICE_GROW=0``. Only growths time calls
+    (timing blocks on each result); every other call adds the held plan's
+    estimated time to ``spent``. ``plan`` stays what the runner holds now
+    (`running_plan`); the caller's `Plan` is unchanged.
     """
 
     def __init__(self, p: Plan) -> None:
@@ -336,7 +371,7 @@ class _TopLevelRun:
         if due and self._growing.acquire(blocking=False):
             try:
                 if self.grow_at is not None:  # (not grown by another thread)
-                    self._grow()
+                    self._grow(config, args)
             finally:
                 self._growing.release()
         p = self.plan
@@ -350,8 +385,8 @@ class _TopLevelRun:
         run = self.first if self.calls < OPTIMIZE_AFTER_CALLS else self.later
         return run(p, config, *args)
 
-    def _grow(self) -> None:
-        """Search again with this call's budget; take the plan if it pays."""
+    def _grow(self, config: Config, args: tuple) -> None:
+        """Search again with this call's budget; time the plans; keep the fastest."""
         assert self.request is not None
         calls, held, spent = self.top_calls, self.plan, self.spent
         # two significant digits: the same request in a new process reaches
@@ -359,7 +394,7 @@ class _TopLevelRun:
         budget = float(f"{spent / 2:.2g}")
         start = time.perf_counter()
         try:
-            new = grown_plan(self.request, budget, calls)
+            new, other = grown_plans(self.request, budget, calls)
         except Exception as error:  # (a call must not fail for it)
             warnings.warn(
                 f"einslice: the growth search of a plan failed ({error!r}); "
@@ -370,20 +405,39 @@ class _TopLevelRun:
             self.grow_at = None
             return
         seconds = time.perf_counter() - start
-        saving = held.cost.time - new.cost.time
-        pays = (
-            GROW_MEASURED_PER_ESTIMATED * saving * calls > compile_seconds(new)
-            and new.peak_bytes <= held.memory_limit
-        )
-        if pays:
-            self.plan = new
-            self.first = _jitted(compile_options(new))
-            self.later = _jitted(compile_options(new, optimized=True))
+        affordable = GROW_MEASURED_PER_ESTIMATED * spent
+        best = min(p.cost.time for p in (held, new, other) if p is not None)
+        contenders = [
+            p
+            for p in dict.fromkeys((new, other))  # (distinct, in order)
+            if p is not None
+            and p != held
+            and p.peak_bytes <= held.memory_limit
+            and p.cost.time <= GROW_TIME_WITHIN * best
+            and compile_seconds(p) <= affordable
+        ]
+        timed: tuple[float, ...] = ()
+        chosen = held
+        if contenders:
+            programs = [self.later] + [
+                _jitted(compile_options(p, optimized=True)) for p in contenders
+            ]
+            timings = timed_programs([held, *contenders], programs, config, args)
+            timed = tuple(t.seconds for t in timings)
+            fastest = min(range(len(timings)), key=lambda k: timings[k].seconds)
+            if fastest:
+                saving = timings[0].seconds - timings[fastest].seconds
+                if saving * calls > timings[fastest].compile_seconds:
+                    chosen = contenders[fastest - 1]
+        if chosen is not held:
+            self.plan = chosen
+            self.first = _jitted(compile_options(chosen))
+            self.later = _jitted(compile_options(chosen, optimized=True))
         trial = len(held.prepared) * (
             TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR
         )  # one own and one reference trial
-        if saving > 0:
-            self.fruitless = 0
+        if timed and min(timed[1:]) < timed[0]:
+            self.fruitless = 0  # faster than the held plan (paid for or not yet)
         elif budget >= GROW_PATIENT_TRIALS * trial:
             self.fruitless += 1
         most = GROW_MAX_TRIALS * trial
@@ -394,8 +448,48 @@ class _TopLevelRun:
         )
         self.grow_at = None if done else 2 * spent
         self.growths.append(
-            Growth(calls, budget, seconds, held.cost.time, new.cost.time, pays)
+            Growth(
+                calls,
+                budget,
+                seconds,
+                held.cost.time,
+                new.cost.time,
+                chosen is not held,
+                timed,
+                chosen.cost.time,
+            )
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """One program's timing by `timed_programs`: median call, first call."""
+
+    seconds: float
+    compile_seconds: float
+
+
+def timed_programs(
+    plans: Sequence[Plan], programs: Sequence, config: Config, args: tuple
+) -> list[Timing]:
+    """Each plan's program timed on ``args``: its median call, its first call.
+
+    The first call compiles (a program compiled already returns at once);
+    then `GROW_TIMED_CALLS` rounds of one call per program, so that a drift
+    of the machine's speed falls on all of them alike.
+    """
+    first = []
+    for plan, program in zip(plans, programs, strict=True):
+        start = time.perf_counter()
+        jax.block_until_ready(program(plan, config, *args))
+        first.append(time.perf_counter() - start)
+    times: list[list[float]] = [[] for _ in plans]
+    for _ in range(GROW_TIMED_CALLS):
+        for k, (plan, program) in enumerate(zip(plans, programs, strict=True)):
+            start = time.perf_counter()
+            jax.block_until_ready(program(plan, config, *args))
+            times[k].append(time.perf_counter() - start)
+    return [Timing(statistics.median(t), f) for t, f in zip(times, first, strict=True)]
 
 
 def _host_call(p: Plan, config: Config, operands) -> bool:

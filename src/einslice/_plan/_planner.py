@@ -23,6 +23,7 @@ from ._order import Path, cached_steps, find_path, two_group_paths
 from ._profile import Profile
 from ._request import PlanRequest
 from ._search import PLAN_RUNS, TreeSearch, search_tree
+from ._search import Found as SearchFound
 from ._semiring import semiring_named
 from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
 from ._types import ONE_DEVICE, Cost, Derivative, Equation, Plan
@@ -123,6 +124,16 @@ def growable(request: PlanRequest) -> bool:
         and request.placement.single
         and len(prepare_terms(request.equation)) > _REPLAN_MAX_OPERANDS
     )
+
+
+def runner_up_request(request: PlanRequest) -> PlanRequest | None:
+    """``request`` along its tree search's runner-up tree (None: there is none).
+
+    The tree the search ranked second (`_search.Found.runner_up`): a plan
+    that grows with use times it beside the winner's (``_exec._run``).
+    """
+    other = _found(request).other_tree
+    return None if other is None else replace(request, tree=other)
 
 
 def grown_request(plan: Plan) -> PlanRequest | None:
@@ -312,11 +323,16 @@ def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") ->
 
 @dataclass(frozen=True, slots=True)
 class _Found:
-    """The forward search's winner and its runners-up (best first), all fitting."""
+    """The forward search's winner and its runners-up (best first), all fitting.
+
+    ``other_tree``: the tree search's runner-up tree (`_search.Found`), if a
+    tree search ran and ranked another tree below the winner's.
+    """
 
     body: Body
     forward: Slicing
     runners_up: tuple[tuple[Body, Slicing], ...]
+    other_tree: SearchFound | None = None
 
 
 def _found(request: PlanRequest) -> _Found:
@@ -362,7 +378,7 @@ def _search(request: PlanRequest) -> _Found:
             flops=forward.cost.flops,
         )
     body, forward = run.refined(forward)
-    return _Found(body, forward, run.runners_up(body, forward))
+    return _Found(body, forward, run.runners_up(body, forward), run.other_tree)
 
 
 class _ForwardSearch:
@@ -400,6 +416,7 @@ class _ForwardSearch:
         # Large networks under "auto": cotengra's hyper-search, slicing inside it
         # (_search.py); the indices it sliced seed einslice's chunk sizing.
         self.searched: tuple[int, ...] = ()
+        self.other_tree: SearchFound | None = None  # the tree search's runner-up
         search = optimize if isinstance(optimize, TreeSearch) else None
         if optimize in ("auto", True) and n_operands > _REPLAN_MAX_OPERANDS:
             search = TreeSearch()
@@ -423,6 +440,7 @@ class _ForwardSearch:
                 budget=search.budget,
             )
             self.tree_path, self.searched = found.path, found.sliced
+            self.other_tree = found.runner_up
         else:
             self.tree_path = self.path(sizes, optimize)
 

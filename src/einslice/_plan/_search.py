@@ -78,7 +78,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 6
+_VERSION = 7
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -262,6 +262,13 @@ class Found:
             with its sliced indices at chunk 1 (``inf``: no reference ran).
         reference_trials: how many trials the reference search ran (0: none,
             see `needs_reference` and `reference_budget`).
+        runner_up: the best tree of the other side, which ranked below this
+            one: the reference's when einslice's won, einslice's own when the
+            reference's won, the search's when a quick tree won (None: no
+            other tree ran). The cost model can rank two close trees wrongly
+            (randreg-50: einslice's own estimated 4.65 ms, measured 6.8;
+            cotengra's estimated 6.94, measured 5.9), so a plan that grows
+            with use times both (``_exec._run``).
     """
 
     path: Path
@@ -273,6 +280,7 @@ class Found:
     by: str = "einslice"
     reference_time: float = math.inf
     reference_trials: int = 0
+    runner_up: Found | None = None
 
 
 def default_trials(n_operands: int) -> int:
@@ -407,6 +415,7 @@ def _searched(key: tuple, search_seconds: float, quick: Found | None) -> Found:
             trials=found.trials,
             reference_time=found.reference_time,
             reference_trials=found.reference_trials,
+            runner_up=_alone(found),
         )
     if complete:
         _store(disk, found)
@@ -430,18 +439,7 @@ def _load(file, n_terms: int, n_indices: int) -> Found | None:
     except OSError:
         return None
     try:
-        data = json.loads(text)
-        found = Found(
-            path=tuple(tuple(int(p) for p in step) for step in data["path"]),
-            sliced=tuple(int(i) for i in data["sliced"]),
-            flops=float(data["flops"]),
-            time=float(data["time"]),
-            trials=int(data["trials"]),
-            peak_bytes=int(data["peak_bytes"]),
-            by=str(data["by"]),
-            reference_time=float(data["reference_time"]),
-            reference_trials=int(data["reference_trials"]),
-        )
+        found = _from_json(json.loads(text))
         _check_found(found, n_terms, n_indices)
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         warnings.warn(
@@ -454,8 +452,27 @@ def _load(file, n_terms: int, n_indices: int) -> Found | None:
     return found
 
 
+def _from_json(data: dict) -> Found:
+    """A `Found` from `_to_json`'s dict (KeyError, ValueError... if malformed)."""
+    other = data["runner_up"]
+    return Found(
+        path=tuple(tuple(int(p) for p in step) for step in data["path"]),
+        sliced=tuple(int(i) for i in data["sliced"]),
+        flops=float(data["flops"]),
+        time=float(data["time"]),
+        trials=int(data["trials"]),
+        peak_bytes=int(data["peak_bytes"]),
+        by=str(data["by"]),
+        reference_time=float(data["reference_time"]),
+        reference_trials=int(data["reference_trials"]),
+        runner_up=None if other is None else _from_json(other),
+    )
+
+
 def _check_found(found: Found, n_terms: int, n_indices: int) -> None:
     """ValueError unless ``found`` is a whole pairwise path with valid figures."""
+    if found.runner_up is not None:
+        _check_found(found.runner_up, n_terms, n_indices)
     alive = n_terms
     for step in found.path:
         if (
@@ -477,7 +494,12 @@ def _check_found(found: Found, n_terms: int, n_indices: int) -> None:
 
 
 def _store(file, found: Found) -> None:
-    data = {
+    write_atomic(file, json.dumps(_to_json(found)))  # unwritable: one warning
+
+
+def _to_json(found: Found) -> dict:
+    other = found.runner_up
+    return {
         "path": [list(step) for step in found.path],
         "sliced": list(found.sliced),
         "flops": found.flops,
@@ -487,8 +509,8 @@ def _store(file, found: Found) -> None:
         "by": found.by,
         "reference_time": found.reference_time,  # Python's json keeps inf
         "reference_trials": found.reference_trials,
+        "runner_up": None if other is None else _to_json(other),
     }
-    write_atomic(file, json.dumps(data))  # unwritable: a re-search, one warning
 
 
 def _objective(terms, output, sizes, itemsize, memory_limit, semiring, profile):
@@ -658,10 +680,17 @@ def _search(
     )
     complete = complete and reference_complete
     if better(reference, own, memory_limit, profile):
-        kept = dataclasses.replace(reference, trials=own.trials)
+        kept = dataclasses.replace(reference, trials=own.trials, runner_up=_alone(own))
     else:
-        kept = dataclasses.replace(own, reference_time=reference.time)
+        kept = dataclasses.replace(
+            own, reference_time=reference.time, runner_up=_alone(reference)
+        )
     return dataclasses.replace(kept, reference_trials=trials_), complete
+
+
+def _alone(found: Found) -> Found:
+    """``found`` without a runner-up of its own (a runner-up is one tree)."""
+    return dataclasses.replace(found, runner_up=None)
 
 
 def reference_budget(own: Found, n_terms: int, budget: float | None = None) -> int:
