@@ -7,14 +7,15 @@ limit, ``jax.jit(jnp.einsum(..., optimize=path))`` and
 ``opt_einsum.contract_expression(..., optimize=path)`` on numpy. einslice is
 called until its runner is steady (host walk, compiled, then optimized at
 its 100th compiled call; an explicit path never grows); then the three are
-timed in interleaved rounds of ``--block`` calls each (the first of each
-block not kept, see `_rounds`), float32, and the median per method is
-reported with einslice's ratio to the faster peer (> 1: einslice faster).
-Where the path does not fit the limit unsliced, einslice slices it and the
-row says so.
+timed in interleaved rounds of one block of calls each (``--settle`` +
+``--keep`` seconds, the calls of the first ``--settle`` not kept; see
+`_rounds`), float32, and the median per method is reported with
+einslice's ratio to the faster peer (> 1: einslice faster). Where the path does not fit the
+limit unsliced, einslice slices it and the row says so.
 
 Usage:
-    python benchmarks/same_path.py [--rounds 9] [--block 20] [--limit 256MB] NAME...
+    python benchmarks/same_path.py [--rounds 9] [--settle 0.2] [--keep 0.3]
+        [--limit 256MB] NAME...
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("names", nargs="+")
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--block", type=int, default=20)
+    ap.add_argument("--settle", type=float, default=0.2)
+    ap.add_argument("--keep", type=float, default=0.3)
     ap.add_argument("--limit", default="256MB")
     args = ap.parse_args()
 
@@ -52,7 +54,8 @@ def main() -> int:
     load = os.getloadavg()[0]
     print(
         f"load average {load:.2f}; jax {jax.__version__}; {args.rounds} rounds "
-        f"of {args.block} calls each (the first of each not kept)"
+        f"of {args.settle + args.keep:g} s per method, the first {args.settle:g} s "
+        "of each not kept"
     )
     print(
         "| network | steps | sliced | einslice ms | jnp same path ms "
@@ -86,7 +89,7 @@ def main() -> int:
             "jnp": (lambda f, xs: f(*xs).block_until_ready(), jitted, ops),
             "oe": (lambda f, xs: f(*xs), expr, host),
         }
-        times = _rounds(calls, args.rounds, args.block)
+        times = _rounds(calls, args.rounds, args.settle, args.keep)
         med = {k: statistics.median(v) * 1e3 for k, v in times.items()}
         peer = min(med["jnp"], med["oe"])
         print(
@@ -98,30 +101,35 @@ def main() -> int:
     return 0
 
 
-_PAUSE = 0.25
+def _rounds(
+    calls: dict, rounds: int, settle: float, keep: float
+) -> dict[str, list[float]]:
+    """Each call's times over ``rounds`` rounds of one block of each method.
 
-
-def _rounds(calls: dict, rounds: int, block: int) -> dict[str, list[float]]:
-    """Each call's times over ``rounds`` rounds of ``block`` calls of each.
-
-    Each block starts after a pause of `_PAUSE` seconds, and its first call
-    is not kept: both pay for the switch between the peers' thread pools.
-    OpenBLAS's threads spin for a while after a numpy product (about 0.1 s)
-    and slow the next XLA program on 2 cores: one call of each per round made
-    random-connected-60's XLA programs 1.6x slower (1.0x with
-    OPENBLAS_NUM_THREADS=1), and blocks of 5 without the pause still 1.5x
-    for einslice, whose block followed numpy's. A user calls one of them,
-    not all three in turn.
+    A block calls one method for ``settle + keep`` seconds and keeps the
+    times of the calls that start after ``settle`` (and at least one).
+    Switching methods costs: OpenBLAS's threads spin for a while after a
+    numpy product and slow the next XLA program on 2 cores (one call of
+    each per round made random-connected-60's XLA programs 1.6x slower;
+    1.0x with OPENBLAS_NUM_THREADS=1), and a program called again after a
+    pause runs slower for a while (tree-100, 1 ms a call: 1.16 ms in blocks
+    of 20 calls after a 0.25 s pause, 0.85 ms in blocks of 100). A user
+    calls one of them, not all three in turn. Each round starts one method
+    later than the one before, so no method always follows the same one.
     """
     times: dict[str, list[float]] = {k: [] for k in calls}
-    for _ in range(rounds):
-        for key, (call, fn, operands) in calls.items():
-            time.sleep(_PAUSE)
-            for k in range(block):
+    keys = list(calls)
+    for r in range(rounds):
+        for key in keys[r % len(keys) :] + keys[: r % len(keys)]:
+            call, fn, operands = calls[key]
+            begin = time.perf_counter()
+            kept = []
+            while not kept or time.perf_counter() - begin < settle + keep:
                 start = time.perf_counter()
                 call(fn, operands)
-                if k:
-                    times[key].append(time.perf_counter() - start)
+                if start - begin >= settle:
+                    kept.append(time.perf_counter() - start)
+            times[key].extend(kept)
     return times
 
 
