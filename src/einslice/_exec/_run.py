@@ -314,7 +314,7 @@ class _TopLevelRun:
     `first_growth_call`, and again each time the estimated run time of its
     calls so far (``spent``: each call adds the held plan's ``cost.time``)
     has doubled since the last growth: a search whose own trials may cost
-    half of ``spent`` and cotengra's reference as much (`grown_plan`; the
+    half of ``spent`` and cotengra's reference as much (`grown_plans`; the
     first search cost about one run). So each growth costs at most
     ``spent``, and all of them at most twice the estimated run time of the
     calls made so far (ski rental's bound); a larger budget replays the
@@ -327,7 +327,7 @@ class _TopLevelRun:
     saving over as many calls again (`c`) exceeds its measured compile.
     Without a plan to time (none differs), nothing changes. Growth stops
     (the runner is then `steady`) after `GROW_FRUITLESS` searches in a
-    row found no faster tree (counting those that afforded
+    row found no plan that timed faster (counting those that afforded
     `GROW_PATIENT_TRIALS` trials), once a search's budget affords every trial it
     may run (`GROW_MAX_TRIALS` own and reference trials), past
     `GROW_LAST_CALL`, or when ``EINSLICE_GROW=0``. Only growths time calls
