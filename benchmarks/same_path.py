@@ -10,8 +10,8 @@ its 100th compiled call; an explicit path never grows); then the three are
 timed in interleaved rounds of one block of calls each (``--settle`` +
 ``--keep`` seconds, the calls of the first ``--settle`` not kept; see
 `_rounds`), float32, and the median per method is reported with
-einslice's ratio to the faster peer (> 1: einslice faster). Where the path does not fit the
-limit unsliced, einslice slices it and the row says so.
+einslice's ratio to the faster peer (> 1: einslice faster). Where the path
+does not fit the limit unsliced, einslice slices it and the row says so.
 
 Usage:
     python benchmarks/same_path.py [--rounds 9] [--settle 0.2] [--keep 0.3]
