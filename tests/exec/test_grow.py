@@ -84,6 +84,8 @@ def test_a_searched_plan_switches_to_a_faster_grown_plan_and_stays_exact(
     monkeypatch.setattr(_run, "grown_plans", grown)
     monkeypatch.setattr(_run, "timed_programs", _timings(1.0, 0.01))
     monkeypatch.setattr(_run, "compile_seconds", lambda plan: 0.0)
+    # cheap plans: compiled for compile time first, optimized later
+    monkeypatch.setattr(_run, "CHEAP_MIN_STEPS", 1)
     runner = _run._top_level_run(p)
     expected = _reference(ops)
     for call in range(1, _run.PLAN_RUNS):
@@ -99,6 +101,8 @@ def test_a_searched_plan_switches_to_a_faster_grown_plan_and_stays_exact(
     assert p.path == path_before  # the caller's plan is what describe() says
     assert [g.switched for g in runner.growths][:1] == [True]
     assert runner.growths[0].timed == (1.0, 0.01)
+    # the program timed is the one run: no second compile of the new plan
+    assert runner.first is runner.later
 
 
 @pytest.mark.parametrize("which", ["grown", "runner-up"])

@@ -431,8 +431,12 @@ class _TopLevelRun:
                     chosen = contenders[fastest - 1]
         if chosen is not held:
             self.plan = chosen
-            self.first = _jitted(compile_options(chosen))
             self.later = _jitted(compile_options(chosen, optimized=True))
+        if timed:
+            # the optimized program of the plan held now was compiled for the
+            # timing: the compile-time one (a cheap plan's first
+            # OPTIMIZE_AFTER_CALLS calls) would be a second compile
+            self.first = self.later
         trial = len(held.prepared) * (
             TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR
         )  # one own and one reference trial
