@@ -12,6 +12,12 @@ Side by side in one process, medians of interleaved rounds after a warm-up:
 Usage: ``python benchmarks/maxplus.py [--reps 9] [--pgm]``; prints the table
 and, with ``--write``, adds it at the top of ``benchmarks/results/maxplus.md``.
 ``EINSLICE_NATIVE=0`` measures the XLA path instead of the native kernel.
+
+On any backend, ``--ratio`` measures instead what issue 35 asks of an
+accelerator (``benchmarks/accel_check.py`` calls the same functions):
+`max_plus_ratio` (a max-plus product against XLA's path and the float
+matmul, and on a TPU the vector unit's ceiling, `vector_ceiling`) and
+`seed_max_vs_sum` (the seed formula under "max" and "sum").
 """
 
 from __future__ import annotations
@@ -71,6 +77,168 @@ def compare(einslice, equation, shapes, limit, reps):
     return median_interleaved(fns, reps), temps
 
 
+def vector_ceiling(rows=4, cols=8, steps=8, iters=1 << 13):
+    """The TPU vector unit's add-and-max rate, pairs per second; None elsewhere.
+
+    A Pallas kernel whose loop does ``c = max(c, a + b)`` on (8, 128) tiles
+    already in VMEM: ``rows`` x ``cols`` independent accumulators, each
+    iteration ``steps`` unrolled sub-steps reading their ``a`` and ``b`` tiles
+    at static offsets from a base that alternates between two halves (so no
+    load or sum can be hoisted out of the loop). Checked against numpy.
+    Returns ``(pairs per second, seconds)``.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax import lax
+
+    if jax.default_backend() != "tpu":
+        return None
+    from jax.experimental import pallas as pl
+
+    half_a, half_b = steps * rows, steps * cols
+
+    def kernel(a_ref, b_ref, o_ref):
+        def body(t, accs):
+            accs = list(accs)
+            odd = t & 1
+            for u in range(steps):
+                a = [a_ref[odd * half_a + u * rows + r] for r in range(rows)]
+                b = [b_ref[odd * half_b + u * cols + c] for c in range(cols)]
+                for r in range(rows):
+                    for c in range(cols):
+                        i = r * cols + c
+                        accs[i] = jnp.maximum(accs[i], a[r] + b[c])
+            return tuple(accs)
+
+        init = tuple(
+            jnp.full((8, 128), -jnp.inf, jnp.float32) for _ in range(rows * cols)
+        )
+        accs = lax.fori_loop(jnp.int32(0), jnp.int32(iters), body, init)
+        for i, acc in enumerate(accs):
+            o_ref[i] = acc
+
+    call = jax.jit(
+        pl.pallas_call(
+            kernel, out_shape=jax.ShapeDtypeStruct((rows * cols, 8, 128), jnp.float32)
+        )
+    )
+    keys = jax.random.split(jax.random.key(1))
+    a = jax.random.normal(keys[0], (2 * half_a, 8, 128), jnp.float32)
+    b = jax.random.normal(keys[1], (2 * half_b, 8, 128), jnp.float32)
+    got = np.asarray(call(a, b)[0])  # accumulator (0, 0): a[.., 0] + b[.., 0]
+    an, bn = np.asarray(a), np.asarray(b)
+    want = np.full((8, 128), -np.inf, np.float32)
+    for half in range(min(iters, 2)):
+        for u in range(steps):
+            total = an[half * half_a + u * rows] + bn[half * half_b + u * cols]
+            want = np.maximum(want, total)
+    if not np.array_equal(got, want):
+        raise AssertionError("the ceiling kernel computed a wrong result")
+    seconds = median_interleaved({"c": lambda: call(a, b)}, 5)["c"]
+    return iters * steps * rows * cols * 1024 / seconds, seconds
+
+
+def max_plus_ratio(size=4096, reps=5, ceiling=True):
+    """A ``size``² max-plus product: einslice against XLA's path and the matmul.
+
+    On the default backend, one process, interleaved medians: einslice's
+    ``ik,kj->ij`` with ``semiring="max"`` (its own kernel where the platform
+    has one), the same traced with ``EINSLICE_NATIVE=0`` (XLA's path), and
+    the float matmul ``jnp.dot`` at default precision. Returns a dict:
+    seconds (``kernel``, ``xla``, ``matmul``), ``pairs`` per second of each
+    max-plus path, ``vs_xla`` and ``vs_matmul`` (time ratios, kernel over
+    other), ``equal`` (both max-plus results identical), and on a TPU
+    ``ceiling`` (`vector_ceiling`, pairs per second) and ``of_ceiling``.
+    Plans are chosen by estimate (``tune="estimate"``): nothing is timed
+    on the way to what is measured.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    einslice = import_einslice()
+    a, b = operands([(size, size)] * 2)
+
+    def maxplus(x, y):
+        return einslice.einsum("ik,kj->ij", x, y, semiring="max", tune="estimate")
+
+    compiled = {"kernel": jax.jit(maxplus).lower(a, b).compile()}
+    before = os.environ.get("EINSLICE_NATIVE")
+    os.environ["EINSLICE_NATIVE"] = "0"
+    try:  # a fresh function: traced again, now on XLA's path
+        compiled["xla"] = jax.jit(lambda x, y: maxplus(x, y)).lower(a, b).compile()
+    finally:
+        if before is None:
+            del os.environ["EINSLICE_NATIVE"]
+        else:
+            os.environ["EINSLICE_NATIVE"] = before
+    compiled["matmul"] = jax.jit(jnp.dot).lower(a, b).compile()
+    equal = bool(jnp.array_equal(compiled["kernel"](a, b), compiled["xla"](a, b)))
+    t = median_interleaved(
+        {k: (lambda c=c: c(a, b)) for k, c in compiled.items()}, reps
+    )
+    pairs = size**3
+    out = {
+        "size": size,
+        "kernel": t["kernel"],
+        "xla": t["xla"],
+        "matmul": t["matmul"],
+        "pairs": {"kernel": pairs / t["kernel"], "xla": pairs / t["xla"]},
+        "vs_xla": t["kernel"] / t["xla"],
+        "vs_matmul": t["kernel"] / t["matmul"],
+        "equal": equal,
+    }
+    ceiling = vector_ceiling() if ceiling else None
+    if ceiling is not None:
+        out["ceiling"] = ceiling[0]
+        out["of_ceiling"] = out["pairs"]["kernel"] / ceiling[0]
+    return out
+
+
+def seed_max_vs_sum(n=1024, limit="256MB", reps=3, xla=True):
+    """The seed formula at ``n`` under "max" and "sum" (and "max" on XLA's path).
+
+    Returns a dict of seconds (``sum``, ``max``, ``max_xla`` where ``xla``),
+    ``ratio`` (max / sum) and ``equal`` (max identical on both paths).
+    Plans are chosen by estimate (``tune="estimate"``).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    einslice = import_einslice()
+    ops = operands([(n, n)] * 6)
+    compiled = {}
+    for name, ring, native in (
+        ("sum", "sum", "1"),
+        ("max", "max", "1"),
+        *((("max_xla", "max", "0"),) if xla else ()),
+    ):
+        before = os.environ.get("EINSLICE_NATIVE")
+        os.environ["EINSLICE_NATIVE"] = native
+        try:
+
+            def f(*o, ring=ring):
+                return einslice.einsum(
+                    SEED, *o, memory_limit=limit, semiring=ring, tune="estimate"
+                )
+
+            compiled[name] = jax.jit(f).lower(*ops).compile()
+        finally:
+            if before is None:
+                del os.environ["EINSLICE_NATIVE"]
+            else:
+                os.environ["EINSLICE_NATIVE"] = before
+    t = median_interleaved(
+        {k: (lambda c=c: c(*ops)) for k, c in compiled.items()}, reps
+    )
+    out = dict(t, n=n, ratio=t["max"] / t["sum"])
+    if xla:
+        out["equal"] = bool(
+            jnp.array_equal(compiled["max"](*ops), compiled["max_xla"](*ops))
+        )
+    return out
+
+
 def pgm_times(files, reps):
     """End-to-end seconds of map_value and map_assignment on UAI files."""
     from einslice import pgm
@@ -104,7 +272,14 @@ def main(argv=None):
     parser.add_argument("--pgm-files", default="Grids_12.uai,Grids_15.uai")
     parser.add_argument("--pgm-reps", type=int, default=3)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--ratio", action="store_true")
+    parser.add_argument("--size", type=int, default=4096)
+    parser.add_argument("--seed-n", type=int, default=1024)
     args = parser.parse_args(argv)
+    if args.ratio:
+        print(max_plus_ratio(args.size, args.reps), flush=True)
+        print(seed_max_vs_sum(args.seed_n, reps=args.reps), flush=True)
+        return
 
     import jax
 

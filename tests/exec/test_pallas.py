@@ -97,10 +97,11 @@ def test_kernel_alone_pads_with_the_semirings_zero():
 
 def test_blocks_fit_the_tpu_tiles():
     for m, k, n in [(1, 1, 1), (5, 3, 7), (100, 200, 300), (4096, 4096, 4096)]:
-        bm, bk, bn, tile = _pallas.blocks(m, k, n)
-        assert bm % 8 == 0 and bm % tile == 0 and bn % 128 == 0
-        assert bk == k or bk % 128 == 0
-        assert bm <= max(_pallas.BLOCK_M, 8) and bn <= _pallas.BLOCK_N
+        b = _pallas.blocks(m, k, n)
+        assert b.rows % 8 == 0 and b.rows % b.tile == 0 and b.cols % 128 == 0
+        assert b.depth == k or b.depth % 128 == 0
+        assert b.rows <= max(_pallas.BLOCK_M, 8) and b.cols <= _pallas.BLOCK_N
+        assert b.chunks == 0 or b.cols % (128 * b.chunks) == 0
 
 
 def lowered_for_tpu(monkeypatch, f, *shapes) -> str:

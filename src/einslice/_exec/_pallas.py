@@ -30,6 +30,7 @@ Example (interpret mode runs it on any backend):
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -43,6 +44,7 @@ try:  # Pallas and its TPU backend: experimental, their API moves
 except ImportError:  # pragma: no cover - a JAX without Pallas
     _pl = _pltpu = None
 pl: Any = _pl
+pltpu: Any = _pltpu
 # CompilerParams in JAX 0.10 and 0.12 (checked); TPUCompilerParams in older ones
 _PARAMS: Any = getattr(_pltpu, "CompilerParams", None) or getattr(
     _pltpu, "TPUCompilerParams", None
@@ -78,24 +80,66 @@ def _round_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
-def blocks(m: int, k: int, n: int) -> tuple[int, int, int, int]:
-    """Block sizes ``(rows, contracted, columns, row tile)`` for an m x k x n product.
+@dataclass(frozen=True)
+class Blocks:
+    """How a product is blocked: one grid step's rows x contracted x columns.
 
-    Shapes smaller than a block get one block of their own size, rounded up to
-    the TPU's tile (8 sublanes, 128 lanes); the contracted block is the whole
-    contracted length where that fits in one.
+    ``tile`` rows (and, with ``chunks``, that many lane columns of 128) stay
+    in vector registers while the step's contracted entries stream through.
+    ``chunks=0`` lays both sides out as they come ([m, k] by [k, n]); else
+    the right side and the output are laid out in lane columns ([n / 128, k,
+    128]), so that a step loops over groups of ``chunks`` columns, reading
+    the right side's rows by sublane-broadcast loads where ``stride0``, and
+    broadcasting each left column along lanes once per step (into VMEM)
+    where ``cache_a``, not once per group.
+    """
+
+    rows: int = BLOCK_M
+    depth: int = BLOCK_K
+    cols: int = BLOCK_N
+    tile: int = ROW_TILE
+    chunks: int = 0
+    stride0: bool = False
+    cache_a: bool = False
+
+    def fit(self, m: int, k: int, n: int) -> Blocks:
+        """These blocks shrunk to an m x k x n product.
+
+        Shapes smaller than a block get one block of their own size, rounded
+        up to the TPU's tile (8 sublanes, 128 lanes); the contracted block is
+        the whole contracted length where that fits in one.
+
+        Example:
+            >>> b = Blocks(256, 128, 512, 32).fit(5, 3, 7)
+            >>> (b.rows, b.depth, b.cols, b.tile)
+            (8, 3, 128, 8)
+        """
+        tile = min(self.tile, _round_up(m, 8))
+        lanes = 128 * max(self.chunks, 1)
+        cols = min(self.cols, _round_up(n, lanes))
+        chunks = min(self.chunks, cols // 128)
+        return replace(
+            self,
+            rows=min(self.rows, _round_up(m, tile)),
+            depth=k if k <= self.depth else self.depth,
+            cols=cols,
+            tile=tile,
+            chunks=chunks,
+        )
+
+
+DEFAULT = Blocks()
+
+
+def blocks(m: int, k: int, n: int) -> Blocks:
+    """The default blocks for an m x k x n product (`Blocks.fit`).
 
     Example:
-        >>> blocks(4096, 4096, 4096)
+        >>> b = blocks(4096, 4096, 4096)
+        >>> (b.rows, b.depth, b.cols, b.tile)
         (256, 128, 512, 32)
-        >>> blocks(5, 3, 7)
-        (8, 3, 128, 8)
     """
-    tile = min(ROW_TILE, _round_up(m, 8))
-    bm = min(BLOCK_M, _round_up(m, tile))
-    bk = k if k <= BLOCK_K else BLOCK_K
-    bn = min(BLOCK_N, _round_up(n, 128))
-    return bm, bk, bn, tile
+    return DEFAULT.fit(m, k, n)
 
 
 def worth_it(m: int, k: int, n: int) -> bool:
@@ -107,8 +151,8 @@ def worth_it(m: int, k: int, n: int) -> bool:
     """
     if min(m, k, n) == 0 or m * k * n < SMALL_PAIRS:
         return False
-    bm, bk, bn, _ = blocks(m, k, n)
-    padded = _round_up(m, bm) * _round_up(k, bk) * _round_up(n, bn)
+    b = blocks(m, k, n)
+    padded = _round_up(m, b.rows) * _round_up(k, b.depth) * _round_up(n, b.cols)
     return padded <= MAX_PADDING * m * k * n
 
 
@@ -138,12 +182,65 @@ def _kernel(a_ref, b_ref, o_ref, *, tile: int):
     lax.fori_loop(jnp.int32(0), jnp.int32(o_ref.shape[0] // tile), rows, 0)
 
 
-def max_plus_tpu(lhs: jax.Array, rhs: jax.Array, interpret: bool = False) -> jax.Array:
+def _kernel_columns(a_ref, b_ref, o_ref, *scratch, blk: Blocks, interpret: bool):
+    """`_kernel` with the right side and output in lane columns (`Blocks`).
+
+    ``a_ref`` [bm, bk], ``b_ref`` [bn / 128, bk, 128], ``o_ref`` [bn / 128,
+    bm, 128]; ``scratch`` holds the left columns broadcast along lanes
+    [bk, tile, 128] where ``blk.cache_a``.
+    """
+
+    @pl.when(pl.program_id(3) == 0)
+    def _start():
+        o_ref[...] = jnp.full(o_ref.shape, -jnp.inf, o_ref.dtype)
+
+    depth, tile, chunks = a_ref.shape[1], blk.tile, blk.chunks
+    groups = b_ref.shape[0] // chunks
+
+    def row_of_b(c, k):
+        if blk.stride0 and not interpret:  # a sublane-broadcast load
+            return b_ref[c, pl.ds(k, tile, stride=0), :]
+        return b_ref[c, pl.ds(k, 1), :]  # interpret mode: no stride 0
+
+    def rows(r, carry):
+        r0 = pl.multiple_of(r * tile, tile)
+        a = a_ref[pl.ds(r0, tile), :]
+        if blk.cache_a:
+            for k in range(depth):
+                scratch[0][k] = jnp.broadcast_to(a[:, k : k + 1], (tile, 128))
+
+        def group(g, carry):
+            c0 = g * chunks
+            acc = [o_ref[c0 + c, pl.ds(r0, tile), :] for c in range(chunks)]
+            for k in range(depth):
+                if blk.cache_a:
+                    col = scratch[0][k]
+                else:
+                    col = jnp.broadcast_to(a[:, k : k + 1], (tile, 128))
+                for c in range(chunks):
+                    acc[c] = jnp.maximum(acc[c], col + row_of_b(c0 + c, k))
+            for c in range(chunks):
+                o_ref[c0 + c, pl.ds(r0, tile), :] = acc[c]
+            return carry
+
+        lax.fori_loop(jnp.int32(0), jnp.int32(groups), group, 0)
+        return carry
+
+    lax.fori_loop(jnp.int32(0), jnp.int32(o_ref.shape[1] // tile), rows, 0)
+
+
+def max_plus_tpu(
+    lhs: jax.Array,
+    rhs: jax.Array,
+    interpret: bool = False,
+    blk: Blocks | None = None,
+) -> jax.Array:
     """``out[b, m, n] = max_k lhs[b, m, k] + rhs[b, k, n]`` in the Pallas kernel.
 
     float32 operands without ``+inf`` (see the module docstring); any sizes:
     each axis is padded with ``-inf`` (the semiring's zero) to whole blocks
-    and the result cut back. ``interpret=True`` runs it on any backend.
+    and the result cut back. ``interpret=True`` runs it on any backend;
+    ``blk`` overrides the default `Blocks` (measurements).
     """
     if not available():
         raise RuntimeError(
@@ -152,26 +249,51 @@ def max_plus_tpu(lhs: jax.Array, rhs: jax.Array, interpret: bool = False) -> jax
         )
     batch, m, k = lhs.shape
     n = rhs.shape[2]
-    bm, bk, bn, tile = blocks(m, k, n)
+    b = (blk or DEFAULT).fit(m, k, n)
+    bm, bk, bn = b.rows, b.depth, b.cols
     pm, pk, pn = _round_up(m, bm), _round_up(k, bk), _round_up(n, bn)
     if (pm, pk) != (m, k):
         lhs = jnp.pad(lhs, ((0, 0), (0, pm - m), (0, pk - k)), constant_values=-jnp.inf)
     if (pk, pn) != (k, n):
         rhs = jnp.pad(rhs, ((0, 0), (0, pk - k), (0, pn - n)), constant_values=-jnp.inf)
-    out = pl.pallas_call(
-        partial(_kernel, tile=tile),
-        out_shape=jax.ShapeDtypeStruct((batch, pm, pn), lhs.dtype),
-        grid=(batch, pm // bm, pn // bn, pk // bk),
-        in_specs=[
-            pl.BlockSpec((None, bm, bk), lambda b, i, j, c: (b, i, c)),
-            pl.BlockSpec((None, bk, bn), lambda b, i, j, c: (b, c, j)),
-        ],
-        out_specs=pl.BlockSpec((None, bm, bn), lambda b, i, j, c: (b, i, j)),
-        compiler_params=_PARAMS(
-            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
-        ),
-        interpret=interpret,
-    )(lhs, rhs)
+    grid = (batch, pm // bm, pn // bn, pk // bk)
+    params = _PARAMS(
+        dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
+    )
+    a_spec = pl.BlockSpec((None, bm, bk), lambda b, i, j, c: (b, i, c))
+    if not b.chunks:
+        out = pl.pallas_call(
+            partial(_kernel, tile=b.tile),
+            out_shape=jax.ShapeDtypeStruct((batch, pm, pn), lhs.dtype),
+            grid=grid,
+            in_specs=[
+                a_spec,
+                pl.BlockSpec((None, bk, bn), lambda b, i, j, c: (b, c, j)),
+            ],
+            out_specs=pl.BlockSpec((None, bm, bn), lambda b, i, j, c: (b, i, j)),
+            compiler_params=params,
+            interpret=interpret,
+        )(lhs, rhs)
+    else:
+        lanes = bn // 128
+        rhs = rhs.reshape(batch, pk, pn // 128, 128).transpose(0, 2, 1, 3)
+        scratch = [pltpu.VMEM((bk, b.tile, 128), lhs.dtype)] if b.cache_a else []
+        out = pl.pallas_call(
+            partial(_kernel_columns, blk=b, interpret=interpret),
+            out_shape=jax.ShapeDtypeStruct((batch, pn // 128, pm, 128), lhs.dtype),
+            grid=grid,
+            in_specs=[
+                a_spec,
+                pl.BlockSpec((None, lanes, bk, 128), lambda b, i, j, c: (b, j, c, 0)),
+            ],
+            out_specs=pl.BlockSpec(
+                (None, lanes, bm, 128), lambda b, i, j, c: (b, j, i, 0)
+            ),
+            scratch_shapes=scratch,
+            compiler_params=params,
+            interpret=interpret,
+        )(lhs, rhs)
+        out = out.transpose(0, 2, 1, 3).reshape(batch, pm, pn)
     if (pm, pn) != (m, n):
         out = out[:, :m, :n]
     return out
