@@ -59,6 +59,11 @@ BLOCK_K = 128
 BLOCK_N = 512
 ROW_TILE = 32
 
+# VMEM a call may use: its blocks, double-buffered, take up to ~13 MB (4096
+# columns), over the 16 MB that Mosaic allows by default on some chips; a v5e
+# has 128 MiB.
+VMEM_LIMIT = 48 * 1024 * 1024
+
 # The kernel runs a product only when padding it to whole blocks costs at most
 # this factor in pairs, and it has at least SMALL_PAIRS pairs: below that,
 # one pallas_call's fixed cost and the padding copies outweigh the gain.
@@ -258,7 +263,8 @@ def max_plus_tpu(
         rhs = jnp.pad(rhs, ((0, 0), (0, pk - k), (0, pn - n)), constant_values=-jnp.inf)
     grid = (batch, pm // bm, pn // bn, pk // bk)
     params = _PARAMS(
-        dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
+        dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
+        vmem_limit_bytes=VMEM_LIMIT,
     )
     a_spec = pl.BlockSpec((None, bm, bk), lambda b, i, j, c: (b, i, c))
     if not b.chunks:
