@@ -60,8 +60,8 @@ BLOCK_N = 512
 ROW_TILE = 32
 
 # VMEM a call may use: its blocks, double-buffered, take up to ~13 MB (4096
-# columns), over the 16 MB that Mosaic allows by default on some chips; a v5e
-# has 128 MiB.
+# columns), near the 16 MB that Mosaic allows by default; a v5e has 128 MiB.
+# At most 3/4 of the chip's (`_vmem_limit`).
 VMEM_LIMIT = 48 * 1024 * 1024
 
 # The kernel runs a product only when padding it to whole blocks costs at most
@@ -159,6 +159,15 @@ def worth_it(m: int, k: int, n: int) -> bool:
     b = blocks(m, k, n)
     padded = _round_up(m, b.rows) * _round_up(k, b.depth) * _round_up(n, b.cols)
     return padded <= MAX_PADDING * m * k * n
+
+
+def _vmem_limit() -> int | None:
+    """`VMEM_LIMIT`, or 3/4 of this TPU's VMEM if less; None (Mosaic's) if unknown."""
+    try:
+        capacity = pltpu.get_tpu_info().vmem_capacity_bytes
+    except Exception:  # no TPU here (lowering for one), or an older JAX
+        return None
+    return min(VMEM_LIMIT, capacity * 3 // 4)
 
 
 def _kernel(a_ref, b_ref, o_ref, *, tile: int):
@@ -264,7 +273,7 @@ def max_plus_tpu(
     grid = (batch, pm // bm, pn // bn, pk // bk)
     params = _PARAMS(
         dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
-        vmem_limit_bytes=VMEM_LIMIT,
+        vmem_limit_bytes=_vmem_limit(),
     )
     a_spec = pl.BlockSpec((None, bm, bk), lambda b, i, j, c: (b, i, c))
     if not b.chunks:
