@@ -148,7 +148,12 @@ def blocks(m: int, k: int, n: int) -> Blocks:
 
 
 def worth_it(m: int, k: int, n: int) -> bool:
-    """Whether an m x k x n product should run in the kernel (see `MAX_PADDING`).
+    """Whether an m x k x n product should run in the kernel.
+
+    When it is large enough (`SMALL_PAIRS`), padding it costs at most
+    `MAX_PADDING` in pairs, and its copies fit what the planner counts for a
+    max-plus step beside its result (``_plan/_cost._step_transient``: twice
+    both sides and the result; `copies`).
 
     Example:
         >>> worth_it(4096, 4096, 4096), worth_it(8, 8, 8), worth_it(4096, 4096, 8)
@@ -157,8 +162,27 @@ def worth_it(m: int, k: int, n: int) -> bool:
     if min(m, k, n) == 0 or m * k * n < SMALL_PAIRS:
         return False
     b = blocks(m, k, n)
-    padded = _round_up(m, b.rows) * _round_up(k, b.depth) * _round_up(n, b.cols)
-    return padded <= MAX_PADDING * m * k * n
+    pm, pk, pn = _round_up(m, b.rows), _round_up(k, b.depth), _round_up(n, b.cols)
+    if pm * pk * pn > MAX_PADDING * m * k * n:
+        return False
+    return copies(m, k, n) <= 2 * (m * k + k * n) + 2 * m * n
+
+
+def copies(m: int, k: int, n: int) -> int:
+    """Entries `max_plus_tpu` allocates for an m x k x n product, at most.
+
+    A padded (or transposed, by its caller) copy of each side, the padded
+    output and its cut; in lane columns, one more copy of the right side
+    and of the output.
+
+    Example:
+        >>> copies(1024, 2048, 1024) == 1024 * 2048 * 2 + 2 * 1024 * 1024
+        True
+    """
+    b = blocks(m, k, n)
+    pm, pk, pn = _round_up(m, b.rows), _round_up(k, b.depth), _round_up(n, b.cols)
+    extra = 1 if b.chunks else 0
+    return pm * pk + (1 + extra) * pk * pn + (1 + extra) * pm * pn + m * n
 
 
 def _vmem_limit() -> int | None:
