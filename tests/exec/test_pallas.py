@@ -95,6 +95,16 @@ def test_kernel_alone_pads_with_the_semirings_zero():
     np.testing.assert_array_equal(got, reference(lhs, rhs).astype(np.float32))
 
 
+def test_vmap_of_the_kernel():
+    rng = np.random.default_rng(2)
+    lhs = rng.standard_normal((3, 1, 12, 20)).astype(np.float32)
+    rhs = rng.standard_normal((3, 1, 20, 9)).astype(np.float32)
+    call = jax.jit(jax.vmap(lambda x, y: max_plus_pallas(x, y, interpret=True)))
+    got = np.asarray(call(lhs, rhs))
+    want = np.stack([reference(a, b) for a, b in zip(lhs, rhs, strict=True)])
+    np.testing.assert_array_equal(got, want.astype(np.float32))
+
+
 def test_blocks_fit_the_tpu_tiles():
     for m, k, n in [(1, 1, 1), (5, 3, 7), (100, 200, 300), (4096, 4096, 4096)]:
         b = _pallas.blocks(m, k, n)
@@ -137,6 +147,11 @@ def test_a_max_einsum_and_its_gradient_lower_for_a_tpu(monkeypatch):
         return einslice.einsum("ikl,jkl,ij->ij", a, b, c, semiring="max")
 
     text = lowered_for_tpu(monkeypatch, f, (256, 4, 128), (256, 4, 128), (256, 256))
+    assert "tpu_custom_call" in text
+    batched = jax.vmap(f, in_axes=(0, 0, None))
+    text = lowered_for_tpu(
+        monkeypatch, batched, (2, 256, 4, 128), (2, 256, 4, 128), (256, 256)
+    )
     assert "tpu_custom_call" in text
     grad = jax.grad(lambda a, b, c: f(a, b, c).sum(), (0, 1))
     lowered_for_tpu(monkeypatch, grad, (64, 2, 32), (64, 2, 32), (64, 64))
