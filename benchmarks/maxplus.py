@@ -199,7 +199,9 @@ def seed_max_vs_sum(n=1024, limit="256MB", reps=3, xla=True):
     """The seed formula at ``n`` under "max" and "sum" (and "max" on XLA's path).
 
     Returns a dict of seconds (``sum``, ``max``, ``max_xla`` where ``xla``),
-    ``ratio`` (max / sum) and ``equal`` (max identical on both paths).
+    ``ratio`` (max / sum), ``pairs`` (the max plan's FLOPs / 2: its
+    max-plus pairs), ``max_pairs`` (pairs per second under "max") and
+    ``equal`` (max identical on both paths).
     Plans are chosen by estimate (``tune="estimate"``).
     """
     import jax
@@ -231,7 +233,10 @@ def seed_max_vs_sum(n=1024, limit="256MB", reps=3, xla=True):
     t = median_interleaved(
         {k: (lambda c=c: c(*ops)) for k, c in compiled.items()}, reps
     )
-    out = dict(t, n=n, ratio=t["max"] / t["sum"])
+    planned = einslice.plan(SEED, *ops, memory_limit=limit, semiring="max")
+    # a max-plus pair is one add and one max: the plan counts it as 2 FLOPs
+    out = dict(t, n=n, ratio=t["max"] / t["sum"], pairs=planned.cost.flops / 2)
+    out["max_pairs"] = out["pairs"] / t["max"]
     if xla:
         out["equal"] = bool(
             jnp.array_equal(compiled["max"](*ops), compiled["max_xla"](*ops))

@@ -95,7 +95,9 @@ def main():
     s = seed_max_vs_sum(n, reps=2, xla=False)  # XLA's path: 1.39 s (issue 35)
     say(
         f"seed n={n} 256MB: sum {s['sum'] * 1e3:.1f} ms, max {s['max'] * 1e3:.1f} ms; "
-        f"max/sum {s['ratio']:.1f}x"
+        f"max/sum {s['ratio']:.1f}x; {s['max_pairs'] / 1e12:.3f} T pairs/s "
+        f"({s['pairs']:.3g} pairs)"
+        + (f", {s['max_pairs'] / ceiling:.0%} of ceiling" if ceiling else "")
     )
     r = max_plus_ratio(size, reps=3, ceiling=False)
     say(
