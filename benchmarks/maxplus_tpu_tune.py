@@ -44,7 +44,10 @@ def main():
     ceiling = 0.0
     for rows, cols in [(4, 8), (2, 16), (8, 8)] if ON_TPU else []:
         try:
-            rate, sec = vector_ceiling(rows, cols)
+            measured = vector_ceiling(rows, cols)
+            if measured is None:  # not a TPU
+                break
+            rate, sec = measured
             ceiling = max(ceiling, rate)
             rate_t = rate / 1e12
             say(f"ceiling R={rows} C={cols}: {rate_t:.3f} T pairs/s ({sec:.5f} s)")
