@@ -111,7 +111,7 @@ def test_blocks_fit_the_tpu_tiles():
         assert b.rows % 8 == 0 and b.rows % b.tile == 0 and b.cols % 128 == 0
         assert b.depth == k or b.depth % 128 == 0
         assert b.rows <= max(_pallas.BLOCK_M, 8) and b.cols <= _pallas.BLOCK_N
-        assert b.chunks == 0 or b.cols % (128 * b.chunks) == 0
+        assert b.cols % (128 * b.chunks) == 0 and b.chunks * 128 <= max(n, 128) + 127
 
 
 def lowered_for_tpu(monkeypatch, f, *shapes) -> str:

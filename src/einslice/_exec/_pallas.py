@@ -2,14 +2,16 @@
 
 XLA's TPU programs run a max-plus product as elementwise fusions (the blocked
 path, ``_semiring._max_plus_blocked``): 0.75 T pairs/s on a v5e, 68x the time
-of a float matmul of the same size. This kernel runs it on the vector unit
-the way a matmul is blocked: the output in VMEM blocks that stay resident
-across the contracted axis, each block's rows in tiles of `ROW_TILE` held in
-vector registers while a block of `BLOCK_K` contracted entries streams
-through them; each step adds a column of the left side (broadcast along
-lanes) to a row of the right side (broadcast along sublanes) and keeps the
-max. The figures that fixed the block sizes are in
-``benchmarks/results/maxplus.md`` (TPU section).
+of a float matmul of the same size. This kernel blocks it for the vector
+unit as a matmul is blocked: output blocks stay in VMEM across the
+contracted grid axis; in each, `Blocks.tile` rows by `Blocks.chunks` lane
+columns (16 x 1024 entries, 16 vector registers) are held in registers
+while the block's contracted entries stream through, each adding a column
+of the left side, broadcast along lanes, to a row of the right side, read
+by a sublane-broadcast load, and keeping the max. The right side and the
+output are laid out in lane columns ([n / 128, k, 128]) for those loads.
+On a v5e: 2.48 T pairs/s at 4096^2 (3.3x XLA's path), about 80% of the
+vector unit's add-and-max rate (``benchmarks/results/maxplus.md``).
 
 It takes float32 only (the v5e's vector unit has no float64, and no bfloat16
 arithmetic), any batch dimension, and follows the max semiring's rules
@@ -19,7 +21,8 @@ It has no derivative of its own (the caller defines one).
 
 Pallas's TPU API moved between JAX releases: the imports are guarded, and a
 JAX without it (``available()`` false) keeps XLA's path. On other backends
-the kernel runs only in interpret mode (the tests' CPU check).
+the kernel runs only in interpret mode (the tests' CPU check), which reads
+the right side's rows by a plain load and a broadcast instead.
 
 Example (interpret mode runs it on any backend):
     >>> x = jnp.array([[[0.0, 5.0]]])  # [batch, m, k]
@@ -30,7 +33,7 @@ Example (interpret mode runs it on any backend):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -50,23 +53,29 @@ _PARAMS: Any = getattr(_pltpu, "CompilerParams", None) or getattr(
     _pltpu, "TPUCompilerParams", None
 )
 
-# Block sizes (rows x contracted x columns of one grid step, and the rows a
-# step keeps in vector registers): measured on a TPU v5e at 4096^2 against
-# other shapes (benchmarks/maxplus_tpu_explore.py, results in
-# benchmarks/results/maxplus.md).
+# Block sizes: a grid step's rows x contracted x columns, and the rows and
+# lane columns (of 128) kept in registers. Measured on a TPU v5e at 4096^2,
+# each variant equal to XLA's path (benchmarks/maxplus_tpu_tune.py; the
+# table in benchmarks/results/maxplus.md): 27.7 ms (2.48 T pairs/s) with
+# these, against 38.1 ms for 16 x 1024 registers read as [k, n] rows and
+# broadcast (1.80), 52.7 ms for 8 x 2048, 42.8-73.9 ms for 32 x 512 and
+# 64 x 256 (more lane broadcasts), and 37.9-44.6 ms with the lane
+# broadcasts made once per step into VMEM and read back.
 BLOCK_M = 256
 BLOCK_K = 128
-BLOCK_N = 512
-ROW_TILE = 32
+BLOCK_N = 2048
+ROW_TILE = 16
+CHUNKS = 8
 
-# VMEM a call may use: its blocks, double-buffered, take up to ~13 MB (4096
-# columns), near the 16 MB that Mosaic allows by default; a v5e has 128 MiB.
-# At most 3/4 of the chip's (`_vmem_limit`).
+# VMEM a call may use: the default blocks, double-buffered, take about 6 MB,
+# wider ones (4096 columns) 13 MB, near the 16 MB that Mosaic allows by
+# default; a v5e has 128 MiB. At most 3/4 of the chip's (`_vmem_limit`).
 VMEM_LIMIT = 48 * 1024 * 1024
 
 # The kernel runs a product only when padding it to whole blocks costs at most
-# this factor in pairs, and it has at least SMALL_PAIRS pairs: below that,
-# one pallas_call's fixed cost and the padding copies outweigh the gain.
+# this factor in pairs, and it has at least SMALL_PAIRS pairs (not measured
+# on the chip: below it either path takes microseconds, and a pallas_call
+# and its padding copies have a fixed cost).
 MAX_PADDING = 2.0
 SMALL_PAIRS = 1 << 20
 
@@ -89,23 +98,15 @@ def _round_up(x: int, to: int) -> int:
 class Blocks:
     """How a product is blocked: one grid step's rows x contracted x columns.
 
-    ``tile`` rows (and, with ``chunks``, that many lane columns of 128) stay
-    in vector registers while the step's contracted entries stream through.
-    ``chunks=0`` lays both sides out as they come ([m, k] by [k, n]); else
-    the right side and the output are laid out in lane columns ([n / 128, k,
-    128]), so that a step loops over groups of ``chunks`` columns, reading
-    the right side's rows by sublane-broadcast loads where ``stride0``, and
-    broadcasting each left column along lanes once per step (into VMEM)
-    where ``cache_a``, not once per group.
+    ``tile`` rows by ``chunks`` lane columns (of 128) stay in vector
+    registers while the step's contracted entries stream through.
     """
 
     rows: int = BLOCK_M
     depth: int = BLOCK_K
     cols: int = BLOCK_N
     tile: int = ROW_TILE
-    chunks: int = 0
-    stride0: bool = False
-    cache_a: bool = False
+    chunks: int = CHUNKS
 
     def fit(self, m: int, k: int, n: int) -> Blocks:
         """These blocks shrunk to an m x k x n product.
@@ -115,19 +116,15 @@ class Blocks:
         the whole contracted length where that fits in one.
 
         Example:
-            >>> b = Blocks(256, 128, 512, 32).fit(5, 3, 7)
-            >>> (b.rows, b.depth, b.cols, b.tile)
-            (8, 3, 128, 8)
+            >>> Blocks().fit(5, 3, 300)
+            Blocks(rows=8, depth=3, cols=384, tile=8, chunks=3)
         """
         tile = min(self.tile, _round_up(m, 8))
-        lanes = 128 * max(self.chunks, 1)
-        cols = min(self.cols, _round_up(n, lanes))
-        chunks = min(self.chunks, cols // 128)
-        return replace(
-            self,
+        chunks = min(self.chunks, -(-n // 128))
+        return Blocks(
             rows=min(self.rows, _round_up(m, tile)),
             depth=k if k <= self.depth else self.depth,
-            cols=cols,
+            cols=min(self.cols, _round_up(n, 128 * chunks)),
             tile=tile,
             chunks=chunks,
         )
@@ -140,9 +137,8 @@ def blocks(m: int, k: int, n: int) -> Blocks:
     """The default blocks for an m x k x n product (`Blocks.fit`).
 
     Example:
-        >>> b = blocks(4096, 4096, 4096)
-        >>> (b.rows, b.depth, b.cols, b.tile)
-        (256, 128, 512, 32)
+        >>> blocks(4096, 4096, 4096)
+        Blocks(rows=256, depth=128, cols=2048, tile=16, chunks=8)
     """
     return DEFAULT.fit(m, k, n)
 
@@ -169,20 +165,20 @@ def worth_it(m: int, k: int, n: int) -> bool:
 
 
 def copies(m: int, k: int, n: int) -> int:
-    """Entries `max_plus_tpu` allocates for an m x k x n product, at most.
+    """Entries `max_plus_tpu` holds beside its result for an m x k x n product.
 
-    A padded (or transposed, by its caller) copy of each side, the padded
-    output and its cut; in lane columns, one more copy of the right side
-    and of the output.
+    At most: a padded (or transposed, by its caller) copy of each side, the
+    right side again in lane columns, the output in lane columns, and in rows
+    where it is padded (then cut to the result).
 
     Example:
-        >>> copies(1024, 2048, 1024) == 1024 * 2048 * 2 + 2 * 1024 * 1024
+        >>> copies(1024, 2048, 1024) == 1024 * 2048 * 3 + 1024 * 1024
         True
     """
     b = blocks(m, k, n)
     pm, pk, pn = _round_up(m, b.rows), _round_up(k, b.depth), _round_up(n, b.cols)
-    extra = 1 if b.chunks else 0
-    return pm * pk + (1 + extra) * pk * pn + (1 + extra) * pm * pn + m * n
+    padded_out = pm * pn if (pm, pn) != (m, n) else 0
+    return pm * pk + 2 * pk * pn + pm * pn + padded_out
 
 
 def _vmem_limit() -> int | None:
@@ -194,38 +190,12 @@ def _vmem_limit() -> int | None:
     return min(VMEM_LIMIT, capacity * 3 // 4)
 
 
-def _kernel(a_ref, b_ref, o_ref, *, tile: int):
+def _kernel(a_ref, b_ref, o_ref, *, blk: Blocks, interpret: bool):
     """One grid step: ``o = max(o, max_k a[:, k] + b[k, :])`` over this block's k.
 
-    ``a_ref`` [bm, bk], ``b_ref`` [bk, bn], ``o_ref`` [bm, bn]; the output
-    block stays in VMEM across the contracted grid axis (the last).
-    """
-
-    @pl.when(pl.program_id(3) == 0)
-    def _start():
-        o_ref[...] = jnp.full(o_ref.shape, -jnp.inf, o_ref.dtype)
-
-    depth = a_ref.shape[1]
-
-    def rows(r, carry):
-        r0 = pl.multiple_of(r * tile, tile)
-        acc = o_ref[pl.ds(r0, tile), :]
-        a = a_ref[pl.ds(r0, tile), :]
-        for k in range(depth):  # unrolled: static lane slices of a
-            acc = jnp.maximum(acc, a[:, k : k + 1] + b_ref[pl.ds(k, 1), :])
-        o_ref[pl.ds(r0, tile), :] = acc
-        return carry
-
-    # int32 bounds: Mosaic's index arithmetic is 32-bit, also under x64
-    lax.fori_loop(jnp.int32(0), jnp.int32(o_ref.shape[0] // tile), rows, 0)
-
-
-def _kernel_columns(a_ref, b_ref, o_ref, *scratch, blk: Blocks, interpret: bool):
-    """`_kernel` with the right side and output in lane columns (`Blocks`).
-
     ``a_ref`` [bm, bk], ``b_ref`` [bn / 128, bk, 128], ``o_ref`` [bn / 128,
-    bm, 128]; ``scratch`` holds the left columns broadcast along lanes
-    [bk, tile, 128] where ``blk.cache_a``.
+    bm, 128]; the output block stays in VMEM across the contracted grid axis
+    (the last).
     """
 
     @pl.when(pl.program_id(3) == 0)
@@ -233,35 +203,29 @@ def _kernel_columns(a_ref, b_ref, o_ref, *scratch, blk: Blocks, interpret: bool)
         o_ref[...] = jnp.full(o_ref.shape, -jnp.inf, o_ref.dtype)
 
     depth, tile, chunks = a_ref.shape[1], blk.tile, blk.chunks
-    groups = b_ref.shape[0] // chunks
 
     def row_of_b(c, k):
-        if blk.stride0 and not interpret:  # a sublane-broadcast load
-            return b_ref[c, pl.ds(k, tile, stride=0), :]
-        return b_ref[c, pl.ds(k, 1), :]  # interpret mode: no stride 0
+        if interpret:  # the interpreter has no stride-0 loads
+            return b_ref[c, pl.ds(k, 1), :]
+        return b_ref[c, pl.ds(k, tile, stride=0), :]  # a sublane-broadcast load
 
     def rows(r, carry):
         r0 = pl.multiple_of(r * tile, tile)
         a = a_ref[pl.ds(r0, tile), :]
-        if blk.cache_a:
-            for k in range(depth):
-                scratch[0][k] = jnp.broadcast_to(a[:, k : k + 1], (tile, 128))
 
         def group(g, carry):
             c0 = g * chunks
             acc = [o_ref[c0 + c, pl.ds(r0, tile), :] for c in range(chunks)]
-            for k in range(depth):
-                if blk.cache_a:
-                    col = scratch[0][k]
-                else:
-                    col = jnp.broadcast_to(a[:, k : k + 1], (tile, 128))
+            for k in range(depth):  # unrolled: static lane slices of a
+                col = jnp.broadcast_to(a[:, k : k + 1], (tile, 128))
                 for c in range(chunks):
                     acc[c] = jnp.maximum(acc[c], col + row_of_b(c0 + c, k))
             for c in range(chunks):
                 o_ref[c0 + c, pl.ds(r0, tile), :] = acc[c]
             return carry
 
-        lax.fori_loop(jnp.int32(0), jnp.int32(groups), group, 0)
+        # int32 bounds: Mosaic's index arithmetic is 32-bit, also under x64
+        lax.fori_loop(jnp.int32(0), jnp.int32(b_ref.shape[0] // chunks), group, 0)
         return carry
 
     lax.fori_loop(jnp.int32(0), jnp.int32(o_ref.shape[1] // tile), rows, 0)
@@ -294,45 +258,24 @@ def max_plus_tpu(
         lhs = jnp.pad(lhs, ((0, 0), (0, pm - m), (0, pk - k)), constant_values=-jnp.inf)
     if (pk, pn) != (k, n):
         rhs = jnp.pad(rhs, ((0, 0), (0, pk - k), (0, pn - n)), constant_values=-jnp.inf)
-    grid = (batch, pm // bm, pn // bn, pk // bk)
-    params = _PARAMS(
-        dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
-        vmem_limit_bytes=_vmem_limit(),
-    )
-    a_spec = pl.BlockSpec((None, bm, bk), lambda b, i, j, c: (b, i, c))
-    if not b.chunks:
-        out = pl.pallas_call(
-            partial(_kernel, tile=b.tile),
-            out_shape=jax.ShapeDtypeStruct((batch, pm, pn), lhs.dtype),
-            grid=grid,
-            in_specs=[
-                a_spec,
-                pl.BlockSpec((None, bk, bn), lambda b, i, j, c: (b, c, j)),
-            ],
-            out_specs=pl.BlockSpec((None, bm, bn), lambda b, i, j, c: (b, i, j)),
-            compiler_params=params,
-            interpret=interpret,
-        )(lhs, rhs)
-    else:
-        lanes = bn // 128
-        rhs = rhs.reshape(batch, pk, pn // 128, 128).transpose(0, 2, 1, 3)
-        scratch = [pltpu.VMEM((bk, b.tile, 128), lhs.dtype)] if b.cache_a else []
-        out = pl.pallas_call(
-            partial(_kernel_columns, blk=b, interpret=interpret),
-            out_shape=jax.ShapeDtypeStruct((batch, pn // 128, pm, 128), lhs.dtype),
-            grid=grid,
-            in_specs=[
-                a_spec,
-                pl.BlockSpec((None, lanes, bk, 128), lambda b, i, j, c: (b, j, c, 0)),
-            ],
-            out_specs=pl.BlockSpec(
-                (None, lanes, bm, 128), lambda b, i, j, c: (b, j, i, 0)
-            ),
-            scratch_shapes=scratch,
-            compiler_params=params,
-            interpret=interpret,
-        )(lhs, rhs)
-        out = out.transpose(0, 2, 1, 3).reshape(batch, pm, pn)
+    lanes = bn // 128
+    rhs = rhs.reshape(batch, pk, pn // 128, 128).transpose(0, 2, 1, 3)
+    out = pl.pallas_call(
+        partial(_kernel, blk=b, interpret=interpret),
+        out_shape=jax.ShapeDtypeStruct((batch, pn // 128, pm, 128), lhs.dtype),
+        grid=(batch, pm // bm, pn // bn, pk // bk),
+        in_specs=[
+            pl.BlockSpec((None, bm, bk), lambda b, i, j, c: (b, i, c)),
+            pl.BlockSpec((None, lanes, bk, 128), lambda b, i, j, c: (b, j, c, 0)),
+        ],
+        out_specs=pl.BlockSpec((None, lanes, bm, 128), lambda b, i, j, c: (b, j, i, 0)),
+        compiler_params=_PARAMS(
+            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
+            vmem_limit_bytes=_vmem_limit(),
+        ),
+        interpret=interpret,
+    )(lhs, rhs)
+    out = out.transpose(0, 2, 1, 3).reshape(batch, pm, pn)
     if (pm, pn) != (m, n):
         out = out[:, :m, :n]
     return out
