@@ -14,9 +14,10 @@ jaxlib's version and the CPU, so a machine compiles it once (about 3 s), the
 first time a product is large enough to pay for that (`BUILD_PAIRS`).
 
 Where it cannot be built (no C++ compiler, a failed compile) or is turned
-off (``EINSLICE_NATIVE=0``), max-plus products run on the XLA path with the
-same results; a failed build warns once per process (`NativeWarning`) and
-says why. ``status()`` reports which it is.
+off (``EINSLICE_NATIVE=0``, which turns off the TPU's Pallas kernel too,
+``_pallas.py``), max-plus products run on the XLA path with the same
+results; a failed build warns once per process (`NativeWarning`) and says
+why. ``status()`` reports which it is.
 
 Example:
     >>> import jax.numpy as jnp
