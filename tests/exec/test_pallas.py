@@ -105,6 +105,42 @@ def test_vmap_of_the_kernel():
     np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
+# On a TPU: the compiled kernel (Mosaic), not the interpreter, on shapes that
+# need padding on every axis, small contracted lengths, several column and
+# contracted blocks, batches; against XLA's path on the chip, and numpy.
+ON_TPU_SHAPES = [
+    (1, 512, 1024, 512),
+    (2, 40, 129, 130),
+    (1, 5, 3, 300),
+    (1, 300, 7, 2100),
+    (3, 17, 260, 64),
+]
+
+
+@pytest.mark.skipif(jax.default_backend() != "tpu", reason="compiles for a TPU")
+def test_the_compiled_kernel_on_a_tpu():
+    check_compiled(interpret=False)
+
+
+def check_compiled(interpret: bool, shapes=ON_TPU_SHAPES):
+    from einslice._exec._semiring import _max_plus_xla
+
+    for batch, m, k, n in shapes:
+        rng = np.random.default_rng(m + k + n)
+        lhs = rng.standard_normal((batch, m, k)).astype(np.float32)
+        rhs = rng.standard_normal((batch, k, n)).astype(np.float32)
+        lhs[0, m // 2, :] = -np.inf
+        rhs[-1, :, n - 1] = -np.inf
+        lhs[-1, 0, k - 1] = np.nan
+        call = jax.jit(lambda x, y: _pallas.max_plus_tpu(x, y, interpret=interpret))
+        got = np.asarray(call(lhs, rhs))
+        xla = jax.jit(lambda x, y: _max_plus_xla(jnp.swapaxes(x, 1, 2), y))
+        np.testing.assert_array_equal(got, np.asarray(xla(lhs, rhs)))
+        if m * k * n <= 1 << 22:
+            want = reference(lhs, rhs).astype(np.float32)
+            np.testing.assert_array_equal(got, want)
+
+
 def test_blocks_fit_the_tpu_tiles():
     for m, k, n in [(1, 1, 1), (5, 3, 7), (100, 200, 300), (4096, 4096, 4096)]:
         b = _pallas.blocks(m, k, n)
