@@ -87,7 +87,7 @@ def compare(einslice, equation, shapes, limit, reps):
 V5E_PAIRS_PER_SECOND = 4 * 1024 * 1.5e9 / 2
 
 
-def vector_ceiling(steps=16, iters=1 << 12, interpret=False):
+def vector_ceiling(steps=16, iters=1 << 15, interpret=False):
     """The TPU vector unit's add-and-max rate on data in VMEM, pairs/s; None elsewhere.
 
     A Pallas kernel shaped as the max-plus kernel's inner loop
