@@ -204,10 +204,15 @@ def _kernel(a_ref, b_ref, o_ref, *, blk: Blocks, interpret: bool):
 
     depth, tile, chunks = a_ref.shape[1], blk.tile, blk.chunks
 
+    # a sublane-broadcast (stride-0) load, as measured (contracted blocks of
+    # 128); a load and a broadcast in the interpreter, which has none, and
+    # for contracted blocks shorter than the tile (not run on the chip yet)
+    broadcast_load = not interpret and depth >= tile
+
     def row_of_b(c, k):
-        if interpret:  # the interpreter has no stride-0 loads
-            return b_ref[c, pl.ds(k, 1), :]
-        return b_ref[c, pl.ds(k, tile, stride=0), :]  # a sublane-broadcast load
+        if broadcast_load:
+            return b_ref[c, pl.ds(k, tile, stride=0), :]
+        return b_ref[c, pl.ds(k, 1), :]
 
     def rows(r, carry):
         r0 = pl.multiple_of(r * tile, tile)
