@@ -14,9 +14,10 @@ jaxlib's version and the CPU, so a machine compiles it once (about 3 s), the
 first time a product is large enough to pay for that (`BUILD_PAIRS`).
 
 Where it cannot be built (no C++ compiler, a failed compile) or is turned
-off (``EINSLICE_NATIVE=0``), max-plus products run on the XLA path with the
-same results; a failed build warns once per process (`NativeWarning`) and
-says why. ``status()`` reports which it is.
+off (``EINSLICE_NATIVE=0``, which turns off the TPU's Pallas kernel too,
+``_pallas.py``), max-plus products run on the XLA path with the same
+results; a failed build warns once per process (`NativeWarning`) and says
+why. ``status()`` reports which it is.
 
 Example:
     >>> import jax.numpy as jnp
@@ -88,7 +89,7 @@ def max_plus_kernel(build: bool = True) -> MaxPlus | None:
     inf`` is ``-inf``; NaN propagates). It has no derivative of its own:
     callers define one (``_semiring.max_plus_dot``).
     """
-    if not _enabled():
+    if not enabled():
         return None
     if _registered is None and not build and _library(build=False)[0] is None:
         return None
@@ -97,7 +98,7 @@ def max_plus_kernel(build: bool = True) -> MaxPlus | None:
 
 def status() -> str:
     """How max-plus products run here: the kernel, off, or why not built."""
-    if not _enabled():
+    if not enabled():
         return "off (EINSLICE_NATIVE=0): max-plus runs on XLA's path"
     library, reason = (_registered, "") if _registered else _library(build=False)
     if library is not None:
@@ -107,7 +108,8 @@ def status() -> str:
     return f"XLA path: {reason}"
 
 
-def _enabled() -> bool:
+def enabled() -> bool:
+    """Whether einslice's own kernels are on (``EINSLICE_NATIVE``, default on)."""
     return os.environ.get("EINSLICE_NATIVE", "1").strip().lower() not in (
         "0",
         "false",
