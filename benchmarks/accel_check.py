@@ -25,6 +25,9 @@ The targets (issue 35, points 1-5; and the GPU check's of issue 22):
   formulas (``einslice.bench._memory_check``);
 - ``grids``: Grids_15's log Z and marginals, default profile and limit,
   each within 60 s end to end, log Z equal to the reference;
+- ``compile``: a 48-step "log" plan (a 7x7 lattice of binary variables)
+  compiles within 2x its "sum" plan's compile; its gradient's compile and
+  the device profile's compile estimates are shown beside;
 - ``maxplus``: a 4096^2 max-plus product (CPU: 1024^2) against the chip's
   add-and-max ceiling and the float matmul (``benchmarks/maxplus.py``);
 - ``calibrate``: ``einslice.calibrate()``'s matmul rate and DRAM bandwidth
@@ -304,6 +307,61 @@ def grids(check: Check) -> None:
     )
 
 
+def _compile_seconds(subscripts_args, semiring: str, grad: bool = False):
+    """Seconds to lower and compile a lattice plan's program, and its steps."""
+    import jax
+    import numpy as np
+
+    einslice = import_einslice()
+    terms, arrays = subscripts_args
+    xs = [np.log(a) if semiring != "sum" else a for a in arrays]
+    spec = [v for pair in zip([x.shape for x in xs], terms, strict=True) for v in pair]
+    p = einslice.plan(*spec, [], optimize="greedy", semiring=semiring, gradient=grad)
+
+    def value(ops):
+        return p(*ops)
+
+    jax.clear_caches()
+    begin = time.perf_counter()
+    jax.jit(jax.grad(value) if grad else value).lower(xs).compile()
+    return time.perf_counter() - begin, len(p.steps)
+
+
+def _lattice(side: int):
+    import cotengra.utils as ctu
+    import numpy as np
+
+    net = ctu.lattice_equation((side, side), d_min=2, d_max=2, seed=0)
+    labels = {c: n for n, c in enumerate(sorted({c for t in net.inputs for c in t}))}
+    rng = np.random.default_rng(0)
+    terms = [[labels[c] for c in t] for t in net.inputs]
+    shapes = [[net.size_dict[c] for c in t] for t in net.inputs]
+    return terms, [rng.uniform(0.5, 1.0, s).astype(np.float32) for s in shapes]
+
+
+# The log plan's compile within this many times the sum plan's (issue 35).
+LOG_COMPILE_RATIO = 2.0
+
+
+def compile_time(check: Check) -> None:
+    from einslice._exec._calibrate import current_profile
+
+    lattice = _lattice(7)  # 49 tables, 48 steps of bond 2
+    sum_s, steps = _compile_seconds(lattice, "sum")
+    log_s, _ = _compile_seconds(lattice, "log")
+    grad_s, grad_steps = _compile_seconds(_lattice(5), "log", grad=True)
+    profile = current_profile()
+    check.report(
+        f"compile of a {steps}-step log plan vs its sum plan",
+        f"log {log_s:.2f} s, sum {sum_s:.2f} s: {log_s / sum_s:.1f}x (target <= "
+        f"{LOG_COMPILE_RATIO:.0f}x), the profile's estimate "
+        f"{profile.compile_estimate(steps):.2f} s; a {grad_steps}-step log value "
+        f"and gradient {grad_s:.2f} s, estimated "
+        f"{profile.compile_estimate(grad_steps, gradient=True):.2f} s",
+        log_s <= LOG_COMPILE_RATIO * sum_s,
+    )
+
+
 def maxplus(check: Check) -> None:
     try:
         import maxplus as bench  # benchmarks/maxplus.py
@@ -511,6 +569,7 @@ def float64(check: Check) -> None:
 TARGETS: dict[str, Callable[[Check], None]] = {
     "seed": seed_vs_matmul,
     "grids": grids,
+    "compile": compile_time,
     "maxplus": maxplus,
     "parity": parity,
     "first-call": first_call,
