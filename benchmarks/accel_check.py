@@ -28,8 +28,10 @@ The targets (issue 35, points 1-5; and the GPU check's of issue 22):
 - ``compile``: a 48-step "log" plan (a 7x7 lattice of binary variables)
   compiles within 2x its "sum" plan's compile; its gradient's compile and
   the device profile's compile estimates are shown beside;
-- ``maxplus``: a 4096^2 max-plus product (CPU: 1024^2) against the chip's
-  add-and-max ceiling and the float matmul (``benchmarks/maxplus.py``);
+- ``maxplus``: a 4096^2 max-plus product and the seed formula at n=1024
+  under "max", each at >= 50% of a TPU's add-and-max ceiling
+  (``benchmarks/maxplus.py``); on a CPU 1024^2 within 3x of the float
+  matmul (issue 20's target);
 - ``calibrate``: ``einslice.calibrate()``'s matmul rate and DRAM bandwidth
   within 20% of the direct measurements;
 - kept from ``gpu_check.py``: ``tf32`` (a GPU's TF32_TF32_F32_X3 seed),
@@ -380,11 +382,16 @@ def maxplus(check: Check) -> None:
         f"equal to XLA's: {got['equal']}"
     )
     if "of_ceiling" in got:
-        ok = got["of_ceiling"] >= 0.5 and got["equal"]
+        n = 1024
+        seed = bench.seed_max_vs_sum(n, reps=3, xla=False)
+        seed_share = n**4 / seed["max"] / got["ceiling"]
+        ok = min(got["of_ceiling"], seed_share) >= 0.5 and got["equal"]
         check.report(
             "max-plus vs the vector unit's ceiling",
             f"{value}; {got['of_ceiling']:.0%} of the ceiling "
-            f"{got['ceiling'] / 1e12:.3g} T pairs/s (target >= 50%)",
+            f"{got['ceiling'] / 1e12:.3g} T pairs/s; the seed at n={n} under max "
+            f"{seed['max'] * 1e3:.3g} ms ({seed['ratio']:.0f}x sum), "
+            f"{seed_share:.0%} of it (targets >= 50%)",
             ok,
         )
     elif check.accelerator:  # a GPU: XLA's path, no kernel and no target yet

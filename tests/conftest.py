@@ -155,6 +155,7 @@ ACCELERATOR_TESTS = {
         "test_blocked_matches_numpy",
         "test_gradient_is_the_union_rule",
     },
+    "tests/exec/test_pallas.py": {"test_the_compiled_kernel_on_a_tpu"},
     "tests/test_precision.py": {
         "test_jaxs_default_matmul_precision_is_the_one_costed_when_none_is_given",
     },
