@@ -104,7 +104,8 @@ def main() -> int:
     check = Check(platform != "cpu", platform, start + args.total_seconds, uai)
     print(
         f"accel_check on {device.name} ({platform}), jax {jax.__version__}, "
-        f"{'accelerator' if check.accelerator else 'CPU'} sizes",
+        f"einslice {_commit()}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+        f", {'accelerator' if check.accelerator else 'CPU'} sizes",
         flush=True,
     )
     only = {n for n in args.only.split(",") if n}
@@ -126,6 +127,24 @@ def main() -> int:
         flush=True,
     )
     return 0 if all(check.verdicts) else 1
+
+
+def _commit() -> str:
+    """This checkout's commit ($EINSLICE_COMMIT where there is no git)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=os.path.dirname(os.path.abspath(__file__)),
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        out = None
+    found = out.stdout.strip() if out is not None and out.returncode == 0 else ""
+    return found or os.environ.get("EINSLICE_COMMIT", "commit unknown")
 
 
 # -- measuring -------------------------------------------------------------------
