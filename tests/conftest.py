@@ -125,7 +125,7 @@ SLOW_TESTS = {
 # float64 references, memory within the limit, gradients, semirings and pgm
 # on a shared instance, few enough to run on a TPU v5e in one process in
 # minutes (a test there costs seconds: each program compiles for the chip;
-# on this project's CPU, loaded, the 50 took ~160 s). Every test here also
+# on this project's CPU at load 18, the 51 took 168 s). Every test here also
 # runs on the CPU, as any other.
 ACCELERATOR_TESTS = {
     "tests/test_every_semiring.py": {
