@@ -300,6 +300,9 @@ def memory(check: Check) -> None:
         bool(report.outcomes) and not report.failures,
         cpu_target=True,
     )
+    for outcome in report.failures[:5]:  # what failed, for whoever fixes it
+        line = outcome.line() if hasattr(outcome, "line") else str(outcome)
+        print(f"        over: {line}")
 
 
 GRIDS_SECONDS = 60.0
