@@ -32,7 +32,19 @@ _COMMON = {
 settings.register_profile("ci", max_examples=25, derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=8, **_COMMON)
 settings.register_profile("thorough", max_examples=500, **_COMMON)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+# On an accelerator every example compiles programs of its own (~0.2-1 s each
+# on a TPU v5e): a few examples per property, so that the accelerator subset
+# (`ACCELERATOR_TESTS`) runs in minutes.
+settings.register_profile("accelerator", max_examples=3, derandomize=True, **_COMMON)
+ON_ACCELERATOR = jax.default_backend() != "cpu"
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE", "accelerator" if ON_ACCELERATOR else "ci")
+)
+if ON_ACCELERATOR:
+    # float32 products at JAX's default precision are one bf16 pass on a TPU
+    # (three digits): the tests compare with float64 references, so every
+    # product runs at "highest" there, as on a CPU.
+    jax.config.update("jax_default_matmul_precision", "highest")
 
 
 @pytest.fixture(autouse=True)
@@ -109,12 +121,67 @@ SLOW_TESTS = {
 }
 
 
+# The accelerator subset (``pytest -m accelerator``): correctness against
+# float64 references, memory within the limit, gradients, semirings and pgm
+# on a shared instance, few enough to run on a TPU v5e in one process in
+# minutes (a test there costs seconds: each program compiles for the chip;
+# on this project's CPU at load 18, the 51 took 168 s). Every test here also
+# runs on the CPU, as any other.
+ACCELERATOR_TESTS = {
+    "tests/test_every_semiring.py": {
+        "test_every_executor_matches_float64",
+        "test_min_plus_squaring_gives_floyd_warshall",
+    },
+    "tests/test_semirings.py": {
+        "test_log_matches_logsumexp",
+        "test_log_keeps_terms_whose_shifted_product_underflows",
+        "test_log_of_equal_entries_counts_them",
+        "test_log_chunks_that_are_all_neg_inf",
+        "test_max_matches_brute_force",
+        "test_max_gradient_is_the_indicator_of_the_maximizer",
+        "test_semirings_under_jit_and_vmap",
+    },
+    "tests/test_gradients.py": {
+        "test_log_grad_is_the_marginal_probability",
+        "test_grad_of_broadcast_and_repeated_operands",
+    },
+    "tests/test_memory.py": {
+        "test_seed_formula_n256_fits_16MB",
+        "test_seed_formula_n256_gradient_fits_16MB",
+        "test_unsliced_matmul_is_one_dot_general_and_no_loop",
+        "test_sliced_seed_formula_loops",
+    },
+    "tests/test_maxplus.py": {
+        "test_blocked_matches_numpy",
+        "test_gradient_is_the_union_rule",
+    },
+    "tests/exec/test_pallas.py": {"test_the_compiled_kernel_on_a_tpu"},
+    "tests/test_precision.py": {
+        "test_jaxs_default_matmul_precision_is_the_one_costed_when_none_is_given",
+    },
+    "tests/pgm/test_infer.py": {
+        "test_log_partition_matches_enumeration",
+        "test_marginals_match_enumeration",
+        "test_map_matches_enumeration",
+    },
+    "tests/pgm/test_shared_marginals.py": {
+        "test_promedus_marginals_satisfy_the_identities",
+    },
+}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         name = getattr(item, "originalname", item.name)
         if name in SLOW_TESTS.get(path, ()):
             item.add_marker(pytest.mark.slow)
+        if name in ACCELERATOR_TESTS.get(path, ()):
+            item.add_marker(pytest.mark.accelerator)
+        if ON_ACCELERATOR and item.get_closest_marker("cpu") is not None:
+            item.add_marker(
+                pytest.mark.skip(reason="assumes XLA's CPU backend (marked cpu)")
+            )
 
 
 @pytest.fixture(autouse=True, scope="module")

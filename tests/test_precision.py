@@ -41,6 +41,7 @@ def test_an_unmeasured_precision_is_costed_at_the_default_rate_and_says_so():
     assert "the default precision's: none measured for it" in str(p)
 
 
+@pytest.mark.cpu  # XLA:CPU rejects TF32 (a GPU runs it)
 def test_a_plan_runs_with_the_precision_it_was_planned_for():
     x = jnp.asarray(np.random.default_rng(0).standard_normal((8, 8)), jnp.float32)
     x3 = lax.DotAlgorithmPreset.TF32_TF32_F32_X3
@@ -48,7 +49,8 @@ def test_a_plan_runs_with_the_precision_it_was_planned_for():
     # XLA's CPU backend rejects the TF32 algorithms: the call passed it on.
     with pytest.raises(Exception, match="TF32_TF32_F32_X3"):
         p(x, x)
-    np.testing.assert_allclose(p(x, x, precision="highest"), x @ x, rtol=1e-5)
+    want = np.asarray(x, np.float64) @ np.asarray(x, np.float64)
+    np.testing.assert_allclose(p(x, x, precision="highest"), want, rtol=1e-5)
 
 
 def test_explain_takes_a_precision(capsys):

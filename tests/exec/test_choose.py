@@ -9,11 +9,11 @@ import pytest
 
 import einslice
 from einslice._exec import _choose
-from einslice._exec._executors import EXECUTORS, compile_seconds
+from einslice._exec._executors import EXECUTORS, compile_seconds, transfer_seconds
 from einslice._exec._run import Config, _run
 from einslice._plan._executors import EXECUTOR_FACTS
 from einslice._plan._planner import with_other_executors
-from einslice._plan._profile import CPU_DEFAULT
+from einslice._plan._profile import CPU_DEFAULT, TPU_DEFAULT
 from strategies import request_of
 
 CHAIN = "ij,jk,kl->il"
@@ -90,7 +90,7 @@ def test_many_step_plans_run_their_first_calls_on_the_host():
 
 def test_a_derivative_may_be_walked_where_its_value_would_compile():
     # Compiling the value-and-gradient program costs ~7x the forward's a step
-    # (GRAD_COMPILE_SECONDS_PER_STEP), the backward walk ~3x the forward's.
+    # (Profile.grad_compile_step_seconds), the backward walk ~3x the forward's.
     p = einslice.plan("ij,jk,ki->", *[(1024, 1024)] * 3, semiring="log")
     assert not _choose.pays_on_host(p) and _choose.host_grad_pays(p, 2**40)
     assert not _choose.host_grad_pays(p, 2**20)  # over the limit
@@ -112,3 +112,35 @@ def test_check_tune_names_the_modes():
     assert _choose.check_tune("auto") == "auto"
     with pytest.raises(einslice.EinsliceError, match="'estimate'"):
         _choose.check_tune("fast")
+
+
+def test_the_host_walk_is_weighed_against_the_devices_compile(monkeypatch):
+    # A many-step plan of tiny steps: its walk beats a CPU's compile, and a
+    # TPU's (which compiles slower) all the more; with its operands on the
+    # device the walk also pays their copies.
+    n = 40
+    shapes = [(2, 2)] * n
+    subscripts = ",".join(f"{chr(0x100 + k)}{chr(0x101 + k)}" for k in range(n))
+    p = einslice.plan(subscripts + "->", *shapes, optimize="greedy")
+    monkeypatch.setattr(_choose, "current_profile", lambda: TPU_DEFAULT)
+    walk = _choose.host_seconds(p)
+    assert walk < compile_seconds(p, CPU_DEFAULT) < compile_seconds(p, TPU_DEFAULT)
+    assert _choose.pays_on_host(p) and _choose.pays_on_host(p, on_device=True)
+    assert _choose.host_first_seconds(p, on_device=True) == compile_seconds(p)
+    # a walk between the two compiles is taken only where the device's is dear
+    slow = compile_seconds(p, CPU_DEFAULT) * 1.5
+    monkeypatch.setattr(_choose, "host_seconds", lambda plan: slow)
+    assert _choose.pays_on_host(p)
+    monkeypatch.setattr(_choose, "current_profile", lambda: CPU_DEFAULT)
+    assert not _choose.pays_on_host(p)
+
+
+def test_copies_to_and_from_the_device_count_against_the_walk(monkeypatch):
+    big = einslice.plan("ij,jk->ik", (4096, 4096), (4096, 4096))
+    slow_link = replace(TPU_DEFAULT, host_transfer_bandwidth=1e6)
+    copies = transfer_seconds(big, slow_link)
+    assert copies == pytest.approx(3 * 4096**2 * 4 / 1e6)
+    assert transfer_seconds(big, CPU_DEFAULT) == 0.0
+    monkeypatch.setattr(_choose, "current_profile", lambda: slow_link)
+    monkeypatch.setattr(_choose, "host_seconds", lambda plan: 1e-3)
+    assert _choose.pays_on_host(big) and not _choose.pays_on_host(big, on_device=True)

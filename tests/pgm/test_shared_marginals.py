@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from pathlib import Path
 
 import jax
@@ -25,9 +26,13 @@ from einslice.pgm import (
 )
 
 _ROOT = Path(__file__).resolve().parents[2]
-# ../shared beside the repository (a git worktree one level deeper: ../../shared)
+# $UAI_DIR if set (a copy of the instances, e.g. on an accelerator's machine),
+# else ../shared beside the repository (a git worktree one level deeper:
+# ../../shared)
 SHARED = (
-    next(
+    Path(os.environ["UAI_DIR"])
+    if os.environ.get("UAI_DIR")
+    else next(
         (
             p
             for p in (_ROOT.parent / "shared", _ROOT.parents[1] / "shared")

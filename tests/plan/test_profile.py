@@ -26,6 +26,7 @@ from einslice._plan._profile import (
     TPU_DEFAULT,
     Profile,
     built_in,
+    figures_problem,
 )
 from einslice._plan._request import PlanRequest
 from einslice._plan._types import Placement
@@ -219,3 +220,27 @@ def test_a_tpu_gets_its_own_profile_and_the_plan_measured_faster_there():
     assert on_cpu.sliced == {"k": 1}
     assert on_tpu.sliced == {"i": 4} and on_tpu.peak_bytes <= 10**9
     assert "tpu" in _choose.GPU_PLATFORMS  # tuned as an accelerator
+
+
+def test_compile_figures_are_the_devices():
+    # the TPU compiles far slower than the CPU per program and per step; a
+    # value-and-gradient program costs more than its forward one everywhere
+    for steps in (1, 10, 200):
+        assert TPU_DEFAULT.compile_estimate(steps) > CPU_DEFAULT.compile_estimate(steps)
+    for profile in (CPU_DEFAULT, GPU_DEFAULT, TPU_DEFAULT):
+        forward = profile.compile_estimate(50)
+        assert profile.compile_estimate(50, gradient=True) > forward
+        assert profile.compile_estimate(0) == profile.compile_estimate(1)
+        assert figures_problem(profile) is None
+    assert CPU_DEFAULT.compile_estimate(100) == pytest.approx(3.0)
+    assert math.isinf(CPU_DEFAULT.host_transfer_bandwidth)
+    assert TPU_DEFAULT.host_transfer_bandwidth < math.inf
+
+
+def test_a_stored_profile_without_compile_figures_takes_its_platforms():
+    data = json.loads(TPU_DEFAULT.to_json())
+    for added in ("compile_seconds", "compile_step_seconds", "host_transfer_bandwidth"):
+        del data[added]
+    assert Profile.from_json(json.dumps(data), defaults=TPU_DEFAULT) == TPU_DEFAULT
+    cpu_figures = Profile.from_json(json.dumps(data))  # no defaults: the CPU's
+    assert cpu_figures.compile_step_seconds == CPU_DEFAULT.compile_step_seconds

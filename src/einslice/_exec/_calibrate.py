@@ -99,7 +99,8 @@ def _load(directory: Path, kind: str, platform: str) -> Profile:
     if not path.exists():
         return default
     try:
-        stored = Profile.from_json(path.read_text())
+        # fields stored before they existed (compile figures) are the platform's
+        stored = Profile.from_json(path.read_text(), defaults=default)
         problem = figures_problem(stored)
         if problem is not None:
             raise ValueError(problem)

@@ -17,8 +17,10 @@ Every host-vs-compile rule lives here, with the figures it uses: one value
 calls of a many-step plan (`host_first_seconds`), a graphical model's
 unplanned walk (`walk_pays`) and the run and compile time of its trees
 (`tree_seconds`). The executors estimate what they spend
-(``_executors.Estimate``: the compiled chain's ``COMPILE_SECONDS_PER_STEP``,
-the host walk's cost model in ``_host.py``); this module only compares.
+(``_executors.Estimate``: the compiled chain's compile from the device's
+profile, ``Profile.compile_estimate``; the host walk's cost model in
+``_host.py``, and ``_executors.transfer_seconds`` for operands on a device);
+this module only compares.
 ``einsum``, ``plan`` (through ``_api``) and ``einslice.pgm`` (through
 ``_internal``) all choose here.
 
@@ -46,7 +48,8 @@ from .._plan._request import PlanRequest
 from .._plan._search import cheap
 from .._plan._types import HostWalk, Plan
 from . import _tune
-from ._executors import EXECUTORS, Executor, compile_seconds
+from ._calibrate import current_profile, host_profile
+from ._executors import EXECUTORS, Executor, compile_seconds, transfer_seconds
 from ._host import host_seconds
 from ._host_grad import host_grad_peak_bytes, host_grad_seconds, host_grad_supported
 
@@ -55,32 +58,12 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 
 # -- the figures: what the rules below compare ------------------------------------
 
-# Compiling a value-and-gradient program costs several times the forward
-# program: "log" plans of UAI networks, 42-49 steps, 30-52 s on this loaded
-# machine (0.6-1 s a step), ~2-8 s when quiet (0.05-0.19 s a step);
-# ObjectDetection_30 (164 steps in a 121-chunk scan) compiled: 105 s for
-# compile and first call under load, against 38 s for its host walk; its
-# likes (ObjectDetection_42-75) took 55-59 s end to end on a quiet machine,
-# nearly all compiling (~0.3 s a step). At three times the
-# forward's 0.03 s a step (0.09) that plan was compiled: UAI 2014's 40
-# ObjectDetection models like it took 55-90 s for marginals, against 5 s for
-# those walked. 0.2 s a step: inside the measured range and below its top,
-# so that the host is still chosen only when it clearly wins.
-GRAD_COMPILE_SECONDS_PER_STEP = 0.2
-# A plan of at least this many steps, called outside any trace on a CPU, runs
-# its first calls in numpy (`host_first_seconds`). Its compile is then most of
-# one call (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5
-# s, a host walk 2-260 ms). Below it the compile is short and the compiled
+# A plan of at least this many steps, called outside any trace, runs its first
+# calls in numpy (`host_first_seconds`). Its compile is then most of one call
+# (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5 s, a
+# host walk 2-260 ms). Below it the compile is short and the compiled
 # program is jnp.einsum's kind of program, bit for bit the same on every call.
 HOST_FIRST_MIN_STEPS = 16
-# Tuning's guess of one candidate's compile, for "auto"'s estimate of what
-# tuning costs. A different quantity from the executors' per-step figure
-# (``_executors.COMPILE_SECONDS_PER_STEP``, 0.03 s a step): that one is the
-# low end of the compiles of many-step plans of tiny steps (graphical models)
-# and errs towards the host walk; this one is a flat, conservative figure for
-# the candidates of calls estimated at 10 s or more, whose steps are few and
-# large, and errs towards not measuring.
-CANDIDATE_COMPILE_SECONDS = 0.3
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
 # seconds per estimated second (``Cost.time``) of these "log" plans of small
 # tables: the model's CPU profile counts 3e11 FLOP/s, they ran at ~1e10. And
@@ -193,8 +176,16 @@ def check_tune(tune: object) -> str:
 # -- host or compile ------------------------------------------------------------------
 
 
-def pays_on_host(plan: Plan | HostWalk) -> bool:
+def pays_on_host(plan: Plan | HostWalk, on_device: bool = False) -> bool:
     """Whether one host run of ``plan`` is estimated to beat compiling it.
+
+    Compiling is estimated for this process's device (its profile's compile
+    figures, ``Profile.compile_estimate``). ``on_device``: the operands live
+    on that device, so the walk also copies them to the host and its result
+    back (``_executors.transfer_seconds``). Operands on the host are checked
+    against the host CPU's compile figures first, the lowest of any device's
+    (a device compiles on the host, for a backend of its own), so that a
+    walk that beats them does not start JAX's backend to ask for the device.
 
     Example:
         >>> import einslice
@@ -205,26 +196,34 @@ def pays_on_host(plan: Plan | HostWalk) -> bool:
     """
     if plan.devices != 1 or plan.sharded is not None:
         return False
-    return host_seconds(plan) < compile_seconds(plan)
+    walk = host_seconds(plan)
+    if not on_device and walk < compile_seconds(plan, host_profile()):
+        return True
+    device = current_profile()
+    if on_device:
+        walk += transfer_seconds(plan, device)
+    return walk < compile_seconds(plan, device)
 
 
-def host_first_seconds(plan: Plan) -> float:
+def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     """Seconds of host runs a top-level ``plan`` spends before it is compiled.
 
-    Ski rental: while the host runs so far have cost less than compiling is
-    estimated to (`compile_seconds`), the next call runs on the host too;
-    after that the plan is compiled. Zero (compile at once) for a plan of
-    fewer than `HOST_FIRST_MIN_STEPS` steps, or when one host run is not
-    estimated to beat the compile (`pays_on_host`). The caller
-    (``_run._TopLevelRun``) checks the call itself: outside a trace, on a
-    CPU, default precision, a float or complex result.
+    Ski rental: while the host runs so far (their transfers included) have
+    cost less than compiling is estimated to (``_executors.compile_seconds``,
+    this device's figures), the next call runs on the host too; after that
+    the plan is compiled. Zero (compile at once) for a plan of fewer than
+    `HOST_FIRST_MIN_STEPS` steps, or when one host run is not estimated to
+    beat the compile (`pays_on_host`; ``on_device``: the operands live on an
+    accelerator, and the walk copies them). The caller
+    (``_run._TopLevelRun``) checks the call itself: outside a trace, default
+    precision, a float or complex result.
 
     Example:
         >>> import einslice
         >>> host_first_seconds(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
         0.0
     """
-    if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan):
+    if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan, on_device):
         return 0.0
     return compile_seconds(plan)
 
@@ -237,7 +236,8 @@ def host_grad_pays(
     When it can be (``_host_grad.host_grad_supported``), fits
     ``memory_limit`` (``host_grad_peak_bytes``) and is estimated to take less
     than compiling the value-and-gradient program
-    (`GRAD_COMPILE_SECONDS_PER_STEP` a step). ``recompute``: the walk may
+    (``Profile.grad_compile_step_seconds`` a step: the host CPU's figures
+    first, the lowest, then this device's). ``recompute``: the walk may
     recompute ranges of steps to fit the limit (``host_value_and_grad``
     must then get the same ``memory_limit``); else every node is kept.
 
@@ -248,11 +248,13 @@ def host_grad_pays(
         (True, False)
     """
     limit = memory_limit if recompute else None
-    return (
-        host_grad_supported(plan)
-        and host_grad_peak_bytes(plan, limit) <= memory_limit
-        and host_grad_seconds(plan, limit)
-        < GRAD_COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
+    if not (
+        host_grad_supported(plan) and host_grad_peak_bytes(plan, limit) <= memory_limit
+    ):
+        return False
+    walk = host_grad_seconds(plan, limit)
+    return walk < compile_seconds(plan, host_profile(), gradient=True) or (
+        walk < compile_seconds(plan, current_profile(), gradient=True)
     )
 
 
@@ -318,7 +320,8 @@ def tuned(
     later calls of the same signature use instead of measuring again.
     ``"auto"`` uses wisdom when there is some for this signature; otherwise
     it measures when tuning is estimated to cost at most ``_AUTO_SHARE``
-    (10%) of one call (compiling each candidate `CANDIDATE_COMPILE_SECONDS`,
+    (10%) of one call (compiling each candidate the device profile's
+    ``candidate_compile_seconds``,
     timing a probe or a short candidate ~0.5 s; a long candidate that cannot
     be probed is left out, and if that is the estimate's own choice, "auto"
     estimates). With five candidates that is sliced calls from about 45 s
@@ -362,9 +365,10 @@ def tuned(
         if gpu:  # or, on a GPU, a few seconds once per signature
             share = max(share, GPU_TUNING_SECONDS)
         plans = tuple(p for p in plans if _tune.timing_cost(p) < share)
-        tuning = sum(CANDIDATE_COMPILE_SECONDS + _tune.timing_cost(p) for p in plans)
+        each = current_profile().candidate_compile_seconds
+        tuning = sum(each + _tune.timing_cost(p) for p in plans)
         if any(_tune.probed(p) for p in plans):
-            tuning += CANDIDATE_COMPILE_SECONDS  # the probed winner, compiled whole
+            tuning += each  # the probed winner, compiled whole
         if not plans or plans[0] != best or tuning > share:
             return best
     return _tune.measure(plans, arrays, run, signature())

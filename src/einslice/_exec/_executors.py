@@ -19,34 +19,26 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from math import prod
 from typing import Any
 
 import jax
+import numpy as np
 
 from .._errors import EinsliceError
 from .._plan._executors import EXECUTOR_FACTS, ExecutorFacts, executor_facts
+from .._plan._profile import Profile
 from .._plan._types import HostWalk, Plan
+from ._calibrate import current_profile
 from ._hoist import contract_hoisted
 from ._host import host_seconds, run_on_host
 from ._jvp import contract
 from ._plain import plain_einsum
 from ._semiring import Config
 from ._shard import place
-
-# The compiled executors' estimate of their compile (``_choose`` compares it
-# with the host walk's run): what compiling costs per step (XLA:CPU, with
-# einslice's compile options): UAI
-# "log" plans of 42-189 steps compiled in 0.6-2 s, 0.01-0.02 s a step, and
-# lattices of 99-399 steps in 0.1-9 s; UAI 2014's larger MAR models far more
-# (2026-12-05, load 2-3, lowering + compile of the forward program):
-# ObjectDetection_17 149 steps 22 s, Grids_17 175 steps 25 s, DBN_16 29 steps
-# 6.9 s, CSP_11 320 steps 10.8 s: 0.03-0.24 s a step, while their host walks
-# took 1.3-8 s (1.8-4x the estimate below) and compile + run 1.5-5x the walk.
-# At 0.01 the first two compiled (PR 37 s end to end where the walk takes 5 s,
-# MAR over 60 s); 0.03 is the low end of those four.
-COMPILE_SECONDS_PER_STEP = 0.03
 
 
 @dataclass(frozen=True)
@@ -87,9 +79,44 @@ class Executor:
         return self.facts.runs(plan)
 
 
-def compile_seconds(plan: Plan | HostWalk) -> float:
-    """The estimated compile of ``plan``'s program (`COMPILE_SECONDS_PER_STEP`)."""
-    return COMPILE_SECONDS_PER_STEP * max(1, len(plan.steps))
+def compile_seconds(
+    plan: Plan | HostWalk, profile: Profile | None = None, gradient: bool = False
+) -> float:
+    """The estimated compile of ``plan``'s program on this process's device.
+
+    ``Profile.compile_estimate`` of ``profile`` (default `current_profile`:
+    the device the program compiles for, whatever profile the plan was made
+    for); ``gradient``: its value-and-gradient program.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (64, 64), (64, 64))
+        >>> compile_seconds(p, einslice.profiles.CPU)
+        0.03
+    """
+    profile = current_profile() if profile is None else profile
+    return profile.compile_estimate(len(plan.steps), gradient)
+
+
+def transfer_seconds(plan: Plan | HostWalk, profile: Profile | None = None) -> float:
+    """Seconds to copy ``plan``'s operands from the device and its result back.
+
+    What a host walk of operands that live on the device adds
+    (``Profile.host_transfer_bandwidth``; 0 when the device is the host).
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (64, 64), (64, 64))
+        >>> transfer_seconds(p, einslice.profiles.CPU)
+        0.0
+    """
+    profile = current_profile() if profile is None else profile
+    if math.isinf(profile.host_transfer_bandwidth):
+        return 0.0
+    eq = plan.equation
+    entries = sum(map(prod, eq.shapes)) + prod(eq.sizes[i] for i in eq.output)
+    itemsize = np.dtype(plan.dtype).itemsize
+    return entries * itemsize / profile.host_transfer_bandwidth
 
 
 def _compiled_estimate(plan: Plan) -> Estimate:

@@ -301,9 +301,10 @@ class Growth:
 class _TopLevelRun:
     """A plan's runner outside any trace: host walk, compiled, optimized, grown.
 
-    A many-step plan on a CPU first runs in numpy (the "host" executor)
-    while those runs have cost less than its compile is estimated to
-    (`_choose.host_first_seconds`: a one-shot call pays no compile); then the
+    A many-step plan first runs in numpy (the "host" executor) while those
+    runs have cost less than its compile is estimated to
+    (`_choose.host_first_seconds`: a one-shot call pays no compile; on an
+    accelerator, its operands' copies to the host count); then the
     compile-time program, and the optimized one from its
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).
@@ -340,7 +341,9 @@ class _TopLevelRun:
         self.plan = p
         self.calls = 0  # compiled calls
         self.top_calls = 0  # every call, host or compiled (growth counts them)
-        self.host_budget = host_first_seconds(p)
+        self.host_budget = host_first_seconds(
+            p, on_device=jax.default_backend() != "cpu"
+        )
         self.host_spent = 0.0
         self.first = _jitted(compile_options(p))
         self.later = _jitted(compile_options(p, optimized=True))
@@ -500,17 +503,15 @@ def _host_call(p: Plan, config: Config, operands) -> bool:
     """Whether this call may run on the host.
 
     A plan the host executor runs (one device, a float or complex result),
-    on a CPU backend, operands on the CPU, default precision, a strongly typed
-    result.
+    default precision, a strongly typed result, operands on the host or on
+    one device each (an accelerator's are copied to the host: the budget,
+    `_choose.host_first_seconds`, counted that, and the time spent does).
     """
     if config != Config() or not EXECUTORS["host"].runs(p):
         return False
-    if jax.default_backend() != "cpu" or _weak_result(operands):
+    if _weak_result(operands):
         return False
-    return all(
-        not isinstance(x, jax.Array) or all(d.platform == "cpu" for d in x.devices())
-        for x in operands
-    )
+    return all(not isinstance(x, jax.Array) or len(x.devices()) == 1 for x in operands)
 
 
 def _jitted(options: dict[str, object] | None):

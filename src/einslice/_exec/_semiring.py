@@ -332,17 +332,32 @@ def _max_first_jvp(axes, primals, tangents):
 
 
 def _union_reduce(left, right, dims: DimensionNumbers, reduce_axes) -> jax.Array:
-    """Reduce left + right over the contracted axes (materializes their union)."""
+    """Reduce left + right over the contracted axes (materializes their union).
+
+    Each side is laid out as one batch, one free and one contracted axis
+    (rank 4 with the other side's free axis), whatever the step's rank:
+    graphical models' steps hold tens of binary axes, and XLA's TPU backend
+    pads the last two axes of every array to 8x128 tiles.
+    """
     (left_c, right_c), (left_b, right_b) = dims
     left_free = [a for a in range(left.ndim) if a not in left_b and a not in left_c]
     right_free = [a for a in range(right.ndim) if a not in right_b and a not in right_c]
-    n_b, n_l, n_r, n_c = len(left_b), len(left_free), len(right_free), len(left_c)
     lhs = jnp.transpose(left, (*left_b, *left_free, *left_c))
     rhs = jnp.transpose(right, (*right_b, *right_free, *right_c))
-    lhs = lhs.reshape(lhs.shape[: n_b + n_l] + (1,) * n_r + lhs.shape[n_b + n_l :])
-    rhs = rhs.reshape(rhs.shape[:n_b] + (1,) * n_l + rhs.shape[n_b:])
-    total = annihilating_add(lhs, rhs)
-    return reduce_axes(total, tuple(range(n_b + n_l + n_r, n_b + n_l + n_r + n_c)))
+    nb, nl, nr, nc = len(left_b), len(left_free), len(right_free), len(left_c)
+    if lhs.shape[:nb] != rhs.shape[:nb] or lhs.shape[nb + nl :] != rhs.shape[nb + nr :]:
+        # (a size-1 axis broadcast against the other side's: keep every axis)
+        lhs = lhs.reshape(lhs.shape[: nb + nl] + (1,) * nr + lhs.shape[nb + nl :])
+        rhs = rhs.reshape(rhs.shape[:nb] + (1,) * nl + rhs.shape[nb:])
+        total = annihilating_add(lhs, rhs)
+        return reduce_axes(total, tuple(range(nb + nl + nr, nb + nl + nr + nc)))
+    shape = lhs.shape[: nb + nl] + rhs.shape[nb : nb + nr]
+    n_b, n_l = prod(lhs.shape[:nb]), prod(lhs.shape[nb : nb + nl])
+    n_r, n_c = prod(rhs.shape[nb : nb + nr]), prod(lhs.shape[nb + nl :])
+    total = annihilating_add(
+        lhs.reshape(n_b, n_l, 1, n_c), rhs.reshape(n_b, 1, n_r, n_c)
+    )
+    return reduce_axes(total, (3,)).reshape(shape)
 
 
 # Max-plus products run on the CPU in einslice's own kernel (`_native`,

@@ -22,7 +22,9 @@ class Profile:
     """A device kind's speeds, cache sizes and per-loop costs.
 
     Hashable and immutable: it is part of the plan cache key, so plans made for
-    one profile are never reused for another.
+    one profile are never reused for another. ``compile_seconds`` and
+    ``compile_step_seconds`` (and the fields after them) describe the
+    compiler, not the plans: ``compile_estimate`` reads them.
 
     Example:
         >>> CPU_DEFAULT.matmul_flops
@@ -80,6 +82,20 @@ class Profile:
     matmul_rates: tuple[tuple[str, float], ...] = ()
     # The precision whose rate matmul_flops is (see for_precision).
     precision: str = "default"
+    # What compiling a plan's program for this device costs, in wall seconds
+    # (the host compiles; the choosing stage, ``_exec/_choose.py``, weighs it
+    # against walking the plan in numpy on the host, and tuning against the
+    # gain of measuring): a fixed part per program, a part per pairwise step
+    # of a forward program and of a value-and-gradient program, and one
+    # tuning candidate's compile. The defaults are the CPU's (see CPU_DEFAULT).
+    compile_seconds: float = 0.0
+    compile_step_seconds: float = 0.03
+    grad_compile_step_seconds: float = 0.2
+    candidate_compile_seconds: float = 0.3
+    # Bytes/s between the host's memory and this device's, each way: what a
+    # plan walked on the host pays to fetch operands that live on the device
+    # and to put its result back; inf where the device is the host.
+    host_transfer_bandwidth: float = math.inf
 
     def __hash__(self) -> int:
         # Plans are cached on the profile: hash a few fields, not all 22.
@@ -137,6 +153,23 @@ class Profile:
             matmul_rates=tuple(sorted(rates.items())),
         )
 
+    def compile_estimate(self, steps: int, gradient: bool = False) -> float:
+        """Estimated wall seconds to compile a program of ``steps`` pairwise steps.
+
+        ``gradient``: a value-and-gradient program (several times the
+        forward's compile).
+
+        Example:
+            >>> CPU_DEFAULT.compile_estimate(100)
+            3.0
+            >>> TPU_DEFAULT.compile_estimate(1) > CPU_DEFAULT.compile_estimate(1)
+            True
+        """
+        per_step = (
+            self.grad_compile_step_seconds if gradient else self.compile_step_seconds
+        )
+        return self.compile_seconds + per_step * max(1, steps)
+
     def to_json(self) -> str:
         """The profile as a JSON object (inf written as a string).
 
@@ -149,11 +182,26 @@ class Profile:
         return json.dumps(data, indent=1, sort_keys=True)
 
     @staticmethod
-    def from_json(text: str) -> Profile:
-        """Read ``to_json``'s output back; ValueError if any field is wrong."""
+    def from_json(text: str, defaults: Profile | None = None) -> Profile:
+        """Read ``to_json``'s output back; ValueError if any field is wrong.
+
+        A field added after the file was written (one with a default) takes
+        its value from ``defaults`` when given (the built-in profile of the
+        file's platform), else the CPU's.
+
+        Example:
+            >>> old = json.loads(TPU_DEFAULT.to_json())
+            >>> del old["compile_step_seconds"]
+            >>> back = Profile.from_json(json.dumps(old), defaults=TPU_DEFAULT)
+            >>> back.compile_step_seconds == TPU_DEFAULT.compile_step_seconds
+            True
+        """
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"a profile is a JSON object, not {type(data).__name__}")
+        if defaults is not None:
+            known = json.loads(defaults.to_json())
+            data = {**{k: known[k] for k in known if k not in data}, **data}
         names = {f.name: f for f in fields(Profile)}
         required = {n for n, f in names.items() if f.default is MISSING}
         if not required <= set(data) <= set(names):
@@ -231,12 +279,16 @@ def precision_key(precision: object) -> str:
     return _PRECISION_ALIASES.get(text.lower(), text)
 
 
+# Bandwidths that are infinite where the cost they model does not arise.
+_MAY_BE_INFINITE = ("fresh_page_bandwidth", "host_transfer_bandwidth")
+
+
 def figures_problem(profile: object) -> str | None:
     """What makes ``profile`` unusable for planning, or None if nothing does.
 
     Rates (``*_flops``, ``*_bandwidth``) must be positive, every other figure
-    finite and >= 0 (only fresh pages may come at an infinite bandwidth);
-    the time model divides by the rates.
+    finite and >= 0 (only fresh pages and host transfers may come at an
+    infinite bandwidth); the time model divides by the rates.
 
     Example:
         >>> figures_problem(CPU_DEFAULT) is None
@@ -263,7 +315,7 @@ def figures_problem(profile: object) -> str | None:
             return f"{field.name} is {value!r}, not a positive rate"
         if not value >= 0:
             return f"{field.name} is {value!r}, not >= 0"
-        if math.isinf(value) and field.name != "fresh_page_bandwidth":
+        if math.isinf(value) and field.name not in _MAY_BE_INFINITE:
             return f"{field.name} is {value!r}, not finite"
     return None
 
@@ -294,6 +346,33 @@ CPU_DEFAULT = Profile(
     thin_batched_operand_seconds=44.0 / 3.0e11,
     log_entry_seconds=250.0 / 3.0e11,
     output_slice_penalty=1.3,
+    # Compiling (XLA:CPU with einslice's compile options, lowering included;
+    # 2026-12-05, load 2-3): UAI "log" plans of 42-189 steps compiled in
+    # 0.6-2 s (0.01-0.02 s a step), lattices of 99-399 steps in 0.1-9 s; UAI
+    # 2014's larger MAR models far more: ObjectDetection_17 149 steps 22 s,
+    # Grids_17 175 steps 25 s, DBN_16 29 steps 6.9 s, CSP_11 320 steps 10.8
+    # s: 0.03-0.24 s a step, while their host walks took 1.3-8 s and compile
+    # + run 1.5-5x the walk. At 0.01 the first two compiled (PR 37 s end to
+    # end where the walk takes 5 s, MAR over 60 s); 0.03 is the low end of
+    # those four. No fixed part: it is within those figures' spread.
+    compile_seconds=0.0,
+    compile_step_seconds=0.03,
+    # A value-and-gradient program: "log" plans of UAI networks, 42-49 steps,
+    # 30-52 s on a loaded machine (0.6-1 s a step), ~2-8 s when quiet
+    # (0.05-0.19 s a step); ObjectDetection_30 (164 steps in a 121-chunk
+    # scan): 105 s for compile and first call under load, against 38 s for
+    # its host walk; its likes (ObjectDetection_42-75) took 55-59 s end to
+    # end on a quiet machine, nearly all compiling (~0.3 s a step). At three
+    # times the forward's figure (0.09) that plan was compiled: UAI 2014's 40
+    # ObjectDetection models like it took 55-90 s for marginals, against 5 s
+    # for those walked. 0.2: inside the measured range and below its top, so
+    # that the host is still chosen only when it clearly wins.
+    grad_compile_step_seconds=0.2,
+    # Tuning's guess of one candidate's compile (the candidates of calls
+    # estimated at 10 s or more, whose steps are few and large): a flat,
+    # conservative figure that errs towards not measuring.
+    candidate_compile_seconds=0.3,
+    host_transfer_bandwidth=math.inf,
 )
 
 # Measured on one NVIDIA H200 (jax 0.11.2, CUDA 13; ../shared/gpu/ in the
@@ -342,6 +421,10 @@ GPU_DEFAULT = Profile(
     output_slice_penalty=1.0,
     peak_preference=0.0,
     matmul_rates=tuple(sorted(GPU_MATMUL_RATES.items())),
+    # Not measured on a GPU: the CPU's compile figures (a GPU's compile is
+    # XLA:GPU's, with autotuning: not faster than the CPU's), and a host
+    # link assumed at a PCIe 5 x16 link's practical rate.
+    host_transfer_bandwidth=2.5e10,
 )
 
 # Measured on one Google TPU v5e chip ("TPU v5 lite", jax 0.10.2,
@@ -382,6 +465,24 @@ TPU_DEFAULT = Profile(
     output_slice_penalty=1.0,
     peak_preference=0.0,
     matmul_rates=tuple(sorted(TPU_MATMUL_RATES.items())),
+    # Compiling for the chip (jax 0.10.2, 2026-12-07, benchmarks/accel_probe.py
+    # and the parity probe, benchmarks/results/tpu_v5e.md): a program of 1-5
+    # steps compiled in 0.2-2.5 s (most 0.2-0.9 s), far above the CPU's; lattice
+    # plans of tiny steps (bond 2) of 24 and 48 steps, "sum" 0.26 and 0.70 s,
+    # "log" 1.1-1.5 and 3.0-3.5 s (0.06 s a step: 4-5x the sum's 0.018, its
+    # steps emit ~28 StableHLO ops to the sum's 1-2), "max" 4.2 s at 24 steps
+    # (its blocked product on XLA's ops). The per-step figure is the log's:
+    # many-step plans are graphical models', log Z and marginals. Not measured
+    # there: the gradient's compile, taken as 5x the forward's a step (the
+    # CPU's ratio on the same lattices, 3-5x) and tuning's candidates (0.6 s:
+    # the single-digit-step compiles above). Host copies: 5.0 GB/s to the chip,
+    # 0.91 GB/s back (16M float32 entries), ~5 ms a round trip for a tiny
+    # one; the slower way is the figure.
+    compile_seconds=0.2,
+    compile_step_seconds=0.06,
+    grad_compile_step_seconds=0.3,
+    candidate_compile_seconds=0.6,
+    host_transfer_bandwidth=9.1e8,
 )
 
 BUILT_IN = {"cpu": CPU_DEFAULT, "gpu": GPU_DEFAULT, "tpu": TPU_DEFAULT}
