@@ -242,6 +242,22 @@ class Deferred:
         """The plan's `Derivative` (its figures with the promotion copies)."""
         return _plan_derivative(self)
 
+    def unsliced_peak(self) -> int:
+        """The derivative's predicted peak unsliced, with the promotion copies.
+
+        One cost evaluation, not the derivative's slicing search.
+        """
+        request = self.request
+        cost = cached_cost(
+            self.body,
+            request.equation.sizes,
+            {},
+            request.itemsize,
+            request.profile,
+            tangent=True,
+        )
+        return cost.peak_bytes + 2 * request.cast_bytes
+
 
 @lru_cache(maxsize=1024)
 def _deferred_parts(deferred: Deferred) -> _Derived:
@@ -286,13 +302,20 @@ def _derivative_of(derived: _Derived, cast: int) -> Derivative:
     )
 
 
-def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") -> Plan:
+def _plan_of(
+    request: PlanRequest, parts: _Parts, executor: str | None = None
+) -> Plan:
     """The one place a `Plan` is made: ``parts`` and what ``request`` says.
 
     The operands' promotion copies (``cast_bytes``) are temporaries too: the
     forward pass holds each copy, the derivative each copy and its tangent.
     A deferred derivative stays deferred (the plan holds `Deferred`).
+    ``executor`` None: the default one (`default_executor`).
     """
+    if executor is None:
+        plan = _plan_of(request, parts, "einslice")
+        chosen = default_executor(plan, request.profile.unsliced_executor)
+        return plan if chosen == "einslice" else _plan_of(request, parts, chosen)
     cast, equation, placement = request.cast_bytes, request.equation, request.placement
     forward, derived = parts.forward, parts.derived
     return Plan(
@@ -319,6 +342,38 @@ def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") ->
         precision=request.precision,
         profile=request.profile,
     )
+
+
+def default_executor(plan: Plan, unsliced: str) -> str:
+    """The executor a plan runs on unless tuning picks another.
+
+    ``unsliced`` (the profile's ``unsliced_executor``) for a plan that
+    slices nothing, in neither pass: its forward chunks are none, and its
+    derivative is known unsliced or, deferred, predicted to fit unsliced
+    (``jnp.einsum``'s derivative holds every intermediate at once); where
+    that executor runs the plan (one device, a semiring ``jnp.einsum``
+    computes). Else "einslice", which runs every plan.
+
+    Example:
+        >>> import einslice
+        >>> tpu = einslice.profiles.TPU
+        >>> p = einslice.plan("ij,jk->ik", (64, 64), (64, 64), profile=tpu)
+        >>> p.executor, default_executor(p, "einslice")
+        ('xla', 'einslice')
+        >>> einslice.plan("ij,jk->ik", (64, 64), (64, 64)).executor
+        'einslice'
+    """
+    facts = EXECUTOR_FACTS.get(unsliced)
+    if facts is None or unsliced == "einslice" or plan.chunks:
+        return "einslice"
+    if not (facts.compiles and facts.runs(plan)):
+        return "einslice"
+    derivative = plan.derivative
+    if isinstance(derivative, Deferred):
+        fits = derivative.unsliced_peak() <= plan.memory_limit
+    else:
+        fits = not derivative.chunks
+    return unsliced if fits else "einslice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -797,10 +852,12 @@ def with_other_executors(
     """The first ``count`` ranked plans, and the best unsliced one on other executors.
 
     Every other executor that compiles and runs a plan (its ``ExecutorFacts``:
-    today the plain ``jnp.einsum`` lowering, executor ``"xla"``, for unsliced
-    plans of a semiring it computes, two or more operands, one device) is
-    offered the best unsliced plan and ``greedy``'s first plan (a request
-    for opt_einsum's greedy path: with the plain lowering, the program
+    the plain ``jnp.einsum`` lowering, executor ``"xla"``, for unsliced
+    plans of a semiring it computes, two or more operands, one device; and
+    einslice's own steps where the profile runs unsliced plans on "xla",
+    `default_executor`) is offered the best unsliced plan, and every other
+    executor than einslice's own ``greedy``'s first plan (a request for
+    opt_einsum's greedy path: with the plain lowering, the program
     ``jnp.einsum(optimize="greedy")`` runs) where its path differs:
     measuring then never keeps a program slower than the peer's own. Each is
     made as a plan of its own (`_plan_of`), not a copy with its executor
@@ -825,7 +882,8 @@ def with_other_executors(
         if parts is None:
             continue
         for facts in EXECUTOR_FACTS.values():
-            if not facts.compiles or facts.name == "einslice":
+            # (greedy's path on einslice's own steps is no peer's program)
+            if not facts.compiles or (source is greedy and facts.name == "einslice"):
                 continue
             plan = _plan_of(source, parts, facts.name)
             if facts.runs(plan) and not any(
