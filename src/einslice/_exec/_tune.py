@@ -39,19 +39,32 @@ _TIMING_BUDGET_SECONDS = 0.5
 Runner = Callable[[Plan, Sequence], jax.Array]
 
 
+class Stopped(Exception):
+    """A measurement asked to stop (`measure`'s ``stop``: the process exits)."""
+
+
 def measure(
-    plans: tuple[Plan, ...], arrays: Sequence, run: Runner, signature: str
+    plans: tuple[Plan, ...],
+    arrays: Sequence,
+    run: Runner,
+    signature: str,
+    stop: Callable[[], bool] | None = None,
 ) -> Plan:
     """Compile and time each plan; the fastest within the limit, with a Choice.
 
     A sliced plan estimated to run ``_TIMING_BUDGET_SECONDS`` or more is
     timed on a probe of a few of its chunks (``_plan/_probe.py``), scaled by
     its chunk count; the whole plan is then compiled only if it wins, to
-    check its temporaries against the limit.
+    check its temporaries against the limit. ``stop`` is asked before each
+    candidate's compile: `Stopped` when it says so (nothing is remembered).
     """
     start = time.perf_counter()
     operands = [_concrete(x) for x in arrays]
-    timed = [_prepare_timing(plan, operands, run) for plan in plans]
+    timed = []
+    for plan in plans:
+        if stop is not None and stop():
+            raise Stopped
+        timed.append(_prepare_timing(plan, operands, run))
     notes = [t.note for t in timed]
     medians = _interleaved_medians(
         [t.program for t in timed], [t.operands for t in timed]

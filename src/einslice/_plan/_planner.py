@@ -302,9 +302,7 @@ def _derivative_of(derived: _Derived, cast: int) -> Derivative:
     )
 
 
-def _plan_of(
-    request: PlanRequest, parts: _Parts, executor: str | None = None
-) -> Plan:
+def _plan_of(request: PlanRequest, parts: _Parts, executor: str | None = None) -> Plan:
     """The one place a `Plan` is made: ``parts`` and what ``request`` says.
 
     The operands' promotion copies (``cast_bytes``) are temporaries too: the
