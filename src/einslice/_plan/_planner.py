@@ -19,7 +19,7 @@ from .._errors import EinsliceError, MemoryLimitError
 from ._cost import Body, cached_cost, chunked_sizes, evaluate, naive_flops
 from ._executors import EXECUTOR_FACTS
 from ._memory import format_bytes
-from ._order import Path, cached_steps, find_path, two_group_paths
+from ._order import Path, cached_steps, find_path, jnp_greedy_path, two_group_paths
 from ._profile import Profile
 from ._request import PlanRequest
 from ._search import PLAN_RUNS, TreeSearch, search_tree
@@ -87,7 +87,47 @@ def make_plan(request: PlanRequest) -> Plan:
     """
     plan = _plan_of(request, _planned(request))
     remember_growable(plan, request)
-    return plan
+    return _peer_path(request, plan) or plan
+
+
+# Two trees whose estimates differ by less than this share are a tie: the
+# model cannot tell them apart. On a TPU v5e (benchmarks/results/
+# unsliced_parity.md) Tucker's tie (the same FLOPs and traffic, another
+# order) ran 2.75x slower along einslice's tree than along jnp.einsum's
+# greedy one, while the seed formula at n=512, estimated 0.8% faster along
+# einslice's tree, ran 1.14x faster there.
+PATH_TIE = 1e-6
+
+
+def _peer_path(request: PlanRequest, plan: Plan) -> Plan | None:
+    """The plan along ``jnp.einsum``'s greedy path, where the model ties them.
+
+    Where the profile runs unsliced plans as ``jnp.einsum`` does (its
+    ``unsliced_executor`` is "xla"), ``plan`` runs on it, and its path was
+    einslice's to choose (``optimize="auto"``, no tree given): a plan along
+    the path ``jnp.einsum(optimize="greedy")`` takes (`jnp_greedy_path`),
+    when it too runs unsliced on "xla" and is estimated within `PATH_TIE`
+    of ``plan``. Its program is then jnp's own, bit for bit. None otherwise.
+    """
+    if not (
+        plan.executor == "xla"
+        and request.profile.unsliced_executor == "xla"
+        and request.optimize in ("auto", True)
+        and request.tree is None
+    ):
+        return None
+    eq = request.equation
+    path = jnp_greedy_path(eq.terms, eq.output, eq.sizes)
+    if path == tuple(tuple(pair) for pair in plan.path):
+        return None
+    peer = replace(request, optimize=path)
+    try:
+        other = _plan_of(peer, _planned(peer))
+    except EinsliceError:  # (a limit its derivative does not fit)
+        return None
+    if other.executor != "xla" or other.cost.time > plan.cost.time * (1 + PATH_TIE):
+        return None
+    return other
 
 
 # The requests of plans whose tree may grow (`growable`), by the plan's
@@ -827,9 +867,9 @@ def _ranked(request: PlanRequest, count: int) -> tuple[_Parts, ...]:
 def tuning_candidates(request: PlanRequest, count: int = 4) -> tuple[Plan, ...]:
     """What tuning measures: the best ``count`` plans, and other executors'.
 
-    `with_other_executors`, offered the greedy path's plan too when
-    ``optimize`` is "auto" (a path or strategy the caller chose is not
-    second-guessed).
+    `with_other_executors`, offered the plan along ``jnp.einsum``'s greedy
+    path (`jnp_greedy_path`) too when ``optimize`` is "auto" (a path or
+    strategy the caller chose is not second-guessed).
 
     Example:
         >>> from einslice._plan._equation import build_equation, parse_subscripts
@@ -840,7 +880,9 @@ def tuning_candidates(request: PlanRequest, count: int = 4) -> tuple[Plan, ...]:
     """
     greedy = None
     if request.optimize == "auto" and request.tree is None:
-        greedy = replace(request, optimize="greedy")
+        eq = request.equation
+        path = jnp_greedy_path(eq.terms, eq.output, eq.sizes)
+        greedy = replace(request, optimize=path)
     return with_other_executors(request, count, greedy)
 
 
