@@ -374,24 +374,43 @@ def tuned(
     concrete = not any(isinstance(x, core.Tracer) for x in arrays)
     if not concrete or (tune == "auto" and short):
         return best
+    if tune == "auto" and later is not None:
+        key = signature()
+
+        def job() -> Plan:  # (the candidates too are made off the call path)
+            plans = _auto_plans(best, ranked(), gpu)
+            if len(plans) < 2:  # (one candidate: nothing to choose between)
+                return best
+            return _tune.measure(plans, arrays, run, key, _stop)
+
+        later(job)
+        return best
     plans = ranked()
-    if tune == "auto":  # measure only if tuning costs under ~10% of one call
-        share = _AUTO_SHARE * best.cost.time
-        if gpu:  # or, on a GPU, a few seconds once per signature
-            share = max(share, GPU_TUNING_SECONDS)
-        plans = tuple(p for p in plans if _tune.timing_cost(p) < share)
-        each = current_profile().candidate_compile_seconds
-        tuning = sum(each + _tune.timing_cost(p) for p in plans)
-        if any(_tune.probed(p) for p in plans):
-            tuning += each  # the probed winner, compiled whole
-        if not plans or plans[0] != best or tuning > share:
-            return best
-        if later is not None:
-            if len(plans) > 1:  # (one candidate: nothing to choose between)
-                key = signature()
-                later(lambda: _tune.measure(plans, arrays, run, key, _stop))
+    if tune == "auto":
+        plans = _auto_plans(best, plans, gpu)
+        if not plans:
             return best
     return _tune.measure(plans, arrays, run, signature())
+
+
+def _auto_plans(best: Plan, plans: tuple[Plan, ...], gpu: bool) -> tuple[Plan, ...]:
+    """The candidates "auto" measures; none when tuning is not worth it.
+
+    Measured only if tuning costs under ~10% of one call (on a GPU or TPU, a
+    few seconds once per signature), and the estimate's own plan is among
+    those timed.
+    """
+    share = _AUTO_SHARE * best.cost.time
+    if gpu:
+        share = max(share, GPU_TUNING_SECONDS)
+    plans = tuple(p for p in plans if _tune.timing_cost(p) < share)
+    each = current_profile().candidate_compile_seconds
+    tuning = sum(each + _tune.timing_cost(p) for p in plans)
+    if any(_tune.probed(p) for p in plans):
+        tuning += each  # the probed winner, compiled whole
+    if not plans or plans[0] != best or tuning > share:
+        return ()
+    return plans
 
 
 def _stop() -> bool:
