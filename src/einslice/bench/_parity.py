@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import statistics
@@ -115,6 +116,8 @@ class ParityRow:
         executor: the executor of einslice's plan ("einslice", "xla").
         sliced: whether einslice's plan slices an index.
         temp: compiled temporaries (bytes) of einslice's and greedy's programs.
+        paired: the median over rounds of greedy / einslice within a round
+            (steadier than a ratio of medians when the machine's load drifts).
     """
 
     name: str
@@ -126,11 +129,12 @@ class ParityRow:
     executor: str
     sliced: bool
     temp: tuple[int | None, int | None]
+    paired: float = math.nan
 
     @property
     def ratio(self) -> float:
-        """The speed-up over greedy (medians): above 1, einslice is faster."""
-        return 1.0 if self.same_program else self.greedy / self.einslice
+        """The speed-up over greedy: 1 for the same program, else `paired`."""
+        return 1.0 if self.same_program else self.paired
 
     @property
     def measured_ratio(self) -> float:
@@ -195,14 +199,17 @@ def parity(
     formulas: Sequence[Formula],
     rounds: int = 15,
     log: Callable[[str], object] | None = None,
+    tuned: bool = False,
 ) -> list[ParityRow]:
     """The default einslice program beside jnp's greedy one, per formula.
 
-    Each program is compiled once (einslice's under its default ``tune``:
-    the plan a user's call runs), then both are timed warm in ``rounds``
+    Each program is compiled once, then both are timed warm in ``rounds``
     interleaved rounds, a shuffled order per round, each sample long
     enough (~20 ms) to rise above the timer; medians and minima.
-    ``log`` gets a line per formula as it is measured.
+    einslice's is the estimate's plan, which a call runs from the first on
+    (its default ``tune="auto"`` measures, if at all, off the call path);
+    with ``tuned``, the plan that measuring settles on (measured here, at
+    once). ``log`` gets a line per formula as it is measured.
     """
     import jax
     import jax.numpy as jnp
@@ -213,21 +220,25 @@ def parity(
     for formula in formulas:
         ops = [jnp.asarray(x) for x in make_operands(formula)]
         subscripts = formula_subscripts(formula)
-        plan = einslice.plan(subscripts, *ops, memory_limit=LIMIT, tune="auto")
+        tune = "auto" if tuned else "estimate"
+        plan = einslice.plan(subscripts, *ops, memory_limit=LIMIT, tune=tune)
         run = einslice.running_plan(plan)
         ours = jax.jit(lambda *o, run=run: run(*o)).lower(*ops).compile()
         theirs = jax.jit(greedy_fn(formula)).lower(*ops).compile()
-        (mine, mine_min), (peer, peer_min) = interleaved([ours, theirs], ops, rounds)
+        mine_t, peer_t = interleaved_times([ours, theirs], ops, rounds)
+        mine, peer = statistics.median(mine_t), statistics.median(peer_t)
+        paired = statistics.median(p / m for p, m in zip(peer_t, mine_t, strict=True))
         row = ParityRow(
             formula.name,
             mine,
             peer,
-            mine_min,
-            peer_min,
+            min(mine_t),
+            min(peer_t),
             program_text(ours) == program_text(theirs),
             run.executor,
             bool(run.chunks),
             (_temp(ours), _temp(theirs)),
+            paired,
         )
         rows.append(row)
         if log is not None:
@@ -242,7 +253,8 @@ def parity_line(row: ParityRow) -> str:
         f"{row.name:17s} einslice {row.einslice * 1e3:8.3f} ms (min "
         f"{row.einslice_min * 1e3:.3f})  greedy {row.greedy * 1e3:8.3f} ms (min "
         f"{row.greedy_min * 1e3:.3f})  greedy/einslice {row.measured_ratio:5.2f}x "
-        f"(min {row.greedy_min / row.einslice_min:.2f}x)  {same}; executor "
+        f"(min {row.greedy_min / row.einslice_min:.2f}x, paired "
+        f"{row.paired:.2f}x)  {same}; executor "
         f"{row.executor}{', SLICED' if row.sliced else ''}; temp "
         f"{_mb(row.temp[0])} / {_mb(row.temp[1])}"
     )
@@ -256,6 +268,16 @@ def interleaved(
     programs: Sequence, ops: Sequence, rounds: int
 ) -> list[tuple[float, float]]:
     """(median, minimum) seconds per call of each compiled program on ``ops``."""
+    times = interleaved_times(programs, ops, rounds)
+    return [(statistics.median(t), min(t)) for t in times]
+
+
+def interleaved_times(programs: Sequence, ops: Sequence, rounds: int) -> list[list]:
+    """Seconds per call of each program, one sample per round (rounds aligned).
+
+    Each sample is long enough (~20 ms) to rise above the timer; the order
+    is shuffled per round, so that no program always runs first.
+    """
     import jax
 
     for program in programs:
@@ -276,7 +298,7 @@ def interleaved(
                 out = programs[k](*ops)
             jax.block_until_ready(out)
             times[k].append((time.perf_counter() - start) / inner)
-    return [(statistics.median(t), min(t)) for t in times]
+    return times
 
 
 # -- first calls ---------------------------------------------------------------------
