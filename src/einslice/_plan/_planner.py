@@ -25,7 +25,14 @@ from ._request import PlanRequest
 from ._search import PLAN_RUNS, TreeSearch, search_tree
 from ._search import Found as SearchFound
 from ._semiring import semiring_named
-from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
+from ._slice import (
+    EXPLORE_MIN_SECONDS,
+    REPLANNED_EXPLORE_MIN_SECONDS,
+    Slicing,
+    biased_ranking,
+    choose_slicing,
+    spread_chunks,
+)
 from ._types import ONE_DEVICE, Cost, Derivative, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
@@ -568,6 +575,9 @@ class _ForwardSearch:
             start=dict.fromkeys(seeds, 1),
             profile=self.profile,
             steps=len(base_body.steps),
+            explore_from=(
+                REPLANNED_EXPLORE_MIN_SECONDS if self.replan else EXPLORE_MIN_SECONDS
+            ),
         )
         if _key(found.chunks) not in self.bodies:
             cost(found.chunks)
