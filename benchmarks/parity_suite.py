@@ -34,7 +34,7 @@ from einslice.bench import _parity
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--only", default="")
     ap.add_argument("--platform", default=jax.default_backend())
     ap.add_argument("--rounds", type=int, default=15)

@@ -317,7 +317,7 @@ def jnp_greedy_path(
     text = f"{inputs}->{''.join(symbol(i) for i in output)}"
     shapes = [tuple(sizes[i] for i in t) for t in terms]
     path, _ = opt_einsum.contract_path(text, *shapes, shapes=True, optimize="greedy")
-    return normalize_path(path)
+    return normalize_path(cast("Sequence[object]", path))
 
 
 @lru_cache(maxsize=8192)

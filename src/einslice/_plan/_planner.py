@@ -417,7 +417,7 @@ def default_executor(plan: Plan, unsliced: str) -> str:
     if isinstance(derivative, Deferred):
         fits = derivative.unsliced_peak() <= plan.memory_limit
     else:
-        fits = not derivative.chunks
+        fits = not derivative.resolve().chunks  # (a Derivative resolves to itself)
     return unsliced if fits else "einslice"
 
 
