@@ -11,8 +11,10 @@ is dropped: a call never fails for work it did not ask for.
 ``EINSLICE_BACKGROUND=0`` runs no job (nothing is measured behind the
 user's back; every call then runs what the estimate chose, as with
 ``tune="estimate"``). At exit, jobs not started are dropped and a running
-one is asked to stop at its next step (`stopping`); the exit waits for
-that step at most `EXIT_WAIT_SECONDS`.
+one is asked to stop at its next step (`stopping`); the exit waits for that
+step (one candidate's compile, or a round of timing): a thread left inside
+XLA's compiler at exit aborted the process ("FATAL: exception not
+rethrown", twice in three tries).
 
 Example:
     >>> done = []
@@ -31,10 +33,6 @@ import warnings
 from collections import deque
 from collections.abc import Callable
 
-# What the exit waits for a running job's current step (one candidate's
-# compile or timing, ~0.5-3 s on a TPU) before leaving it to die with the
-# process.
-EXIT_WAIT_SECONDS = 5.0
 _OFF = ("0", "false", "no", "off")
 
 _jobs: deque[Callable[[], object]] = deque()
@@ -120,4 +118,4 @@ def _at_exit() -> None:
         _lock.notify_all()
         busy = _state["busy"]
     if busy and _worker:
-        _worker[0].join(EXIT_WAIT_SECONDS)
+        _worker[0].join()

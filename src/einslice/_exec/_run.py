@@ -529,7 +529,7 @@ def tune_later(best: Plan, config: Config, args: Sequence) -> Later:
                 chosen = measure()
             except _tune.Stopped:
                 return
-            if chosen != best:
+            if chosen != best and not _background.stopping():
                 _top_level_run(best).adopt(chosen, config, tuple(args))
 
         _background.submit(job)

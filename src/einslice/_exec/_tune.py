@@ -67,7 +67,7 @@ def measure(
         timed.append(_prepare_timing(plan, operands, run))
     notes = [t.note for t in timed]
     medians = _interleaved_medians(
-        [t.program for t in timed], [t.operands for t in timed]
+        [t.program for t in timed], [t.operands for t in timed], stop
     )
     seconds = [
         None if m is None else m * t.scale for m, t in zip(medians, timed, strict=True)
@@ -177,7 +177,7 @@ def _compile_within_limit(plan: Plan, operands: list, run: Runner):
 
 
 def _interleaved_medians(
-    compiled: Sequence, operands: Sequence[list]
+    compiled: Sequence, operands: Sequence[list], stop: Callable[[], bool] | None = None
 ) -> list[float | None]:
     """Median seconds per compiled program on its operands (None: no program).
 
@@ -187,7 +187,8 @@ def _interleaved_medians(
     one after another once picked a 0.24 ms plan over a 0.2 ms one that a
     burst had made read 7.6 ms). A program whose first call takes
     ``_TIMING_BUDGET_SECONDS`` or more is timed by that call alone; the first
-    call of the others is their warm-up.
+    call of the others is their warm-up. ``stop`` is asked before each
+    round (`Stopped`).
     """
     first = [
         None if c is None else _seconds(c, ops)
@@ -203,6 +204,8 @@ def _interleaved_medians(
     for round_ in range(_ROUNDS if short else 0):
         if round_ and time.perf_counter() > deadline:
             break
+        if stop is not None and stop():
+            raise Stopped
         turn = round_ % len(short)
         for k in short[turn:] + short[:turn]:
             times[k].append(_seconds(compiled[k], operands[k]))
