@@ -381,7 +381,7 @@ def tuned(
             plans = _auto_plans(best, ranked(), gpu)
             if len(plans) < 2:  # (one candidate: nothing to choose between)
                 return best
-            return _tune.measure(plans, arrays, run, key, _stop)
+            return _tune.measure(plans, arrays, run, key, _background.jax_work)
 
         later(job)
         return best
@@ -411,7 +411,3 @@ def _auto_plans(best: Plan, plans: tuple[Plan, ...], gpu: bool) -> tuple[Plan, .
     if not plans or plans[0] != best or tuning > share:
         return ()
     return plans
-
-
-def _stop() -> bool:
-    return _background.stopping()

@@ -32,7 +32,7 @@ from .._plan._search import (
     least_search_cost,
 )
 from .._plan._types import Plan, register_runner
-from . import _background, _tune
+from . import _background
 from ._choose import Later, host_first_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, compile_seconds, executor_of
@@ -396,7 +396,9 @@ class _TopLevelRun:
         background one), so that no call waits for it.
         """
         first = _jitted(compile_options(chosen))
-        jax.block_until_ready(first(chosen, config, *args))
+        _background.jax_work(
+            lambda: jax.block_until_ready(first(chosen, config, *args))
+        )
         self.later = _jitted(compile_options(chosen, optimized=True))
         self.first = first
         self.host_budget = 0.0  # (compiled already: no host runs first)
@@ -520,19 +522,33 @@ def tune_later(best: Plan, config: Config, args: Sequence) -> Later:
     it picks another plan than ``best``, that plan is compiled there and
     ``best``'s calls outside a trace run it from then on
     (`_TopLevelRun.adopt`); the choice is remembered as wisdom either way.
-    A measurement stopped by the process's exit changes nothing.
+    A measurement stopped by the process's exit changes nothing; one that
+    fails warns.
     """
 
     def later(measure: Callable[[], Plan]) -> None:
         def job() -> None:
             try:
                 chosen = measure()
-            except _tune.Stopped:
-                return
-            if chosen != best and not _background.stopping():
-                _top_level_run(best).adopt(chosen, config, tuple(args))
+                if chosen != best:
+                    _top_level_run(best).adopt(chosen, config, tuple(args))
+            except _background.Exiting:
+                pass
+            except Exception as error:  # (no call may fail for it)
+                try:
+                    warnings.warn(
+                        f"einslice: measuring the candidate plans failed "
+                        f"({error!r}); calls keep the estimate's plan.",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
+                except Warning:  # (a filter that raises: dropped)
+                    pass
 
-        _background.submit(job)
+        try:
+            _background.submit(job)
+        except RuntimeError:  # (no new work while the interpreter exits)
+            pass
 
     return later
 

@@ -324,7 +324,7 @@ def fresh() -> None:
     from .. import wisdom
     from .._exec import _background
 
-    _background.wait()  # (a measurement of the last call's, off its path)
+    _background.drain()  # (a measurement of the last call's, off its path)
     jax.clear_caches()
     wisdom.clear()
     for name, module in list(sys.modules.items()):
