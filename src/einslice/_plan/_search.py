@@ -139,6 +139,18 @@ REFERENCE_MAX_SLICES = 256
 # randreg-60 (0.9 s a trial) and the tests' randreg-30/40 (estimated at 4.1x
 # and 4.8x their own search and run time) stay within it.
 REFERENCE_BUDGET_FACTOR = 6.0
+# Planning's bound (issue 36): the reference search starts only when one of
+# its trials is expected (`reference_trial_wall`, from this search's own
+# trials as measured) to take at most PLANNING_GRACE_SECONDS plus
+# MEASURED_PER_MODEL times the best tree's estimated run time (or a growth
+# search's budget). UAI 2014's DBN_16 (a 22x22 RBM): its 16-entry merge
+# variant (121 tables, a quick tree estimated at 0.05 s) ran one reference
+# trial of 66 s (loaded machine, load ~10; own trials 1.8 s each) where the
+# cost per tensor predicted 1 estimated second: cotengra's subtree
+# reconfiguration of a dense network. MEASURED_PER_MODEL: the model's seconds
+# read ~3x below measured times on this CPU (see TRIAL_COST_PER_TENSOR).
+PLANNING_GRACE_SECONDS = 3.0
+MEASURED_PER_MODEL = 3.0
 # Simulated annealing of whole trees (cotengra's `simulated_anneal_tree`,
 # after Kalachev et al. and OMEinsumContractionOrders' TreeSA), slicing to the
 # search's target inside the annealing, from the plain greedy tree. Where the
@@ -381,17 +393,20 @@ def _cached(key: tuple, search_seconds: float, runs: int = 1) -> Found:
     quick = _quick_trees(
         terms, output, sizes, itemsize, limit, semiring, profile, given, seed
     )
-    if quick is not None and cheap(allowance(quick.time, budget), len(terms)):
+    if quick is not None and not search_pays(
+        allowance(quick.time, budget), len(terms), semiring
+    ):
         found = quick
     else:
         found = _searched(key, search_seconds, quick)
     if (
         runs > 1
+        and found.trials == 0
         and not found.sliced
-        and cheap(found.time, len(terms))
         and not cheap(runs * found.time, len(terms))
     ):
-        # cheap for one run, not for ``runs``: worth a reconfiguration
+        # a quick tree no search could pay for, not cheap for ``runs``
+        # runs: worth a reconfiguration
         found = reconfigured(
             found, terms, output, sizes, itemsize, limit, semiring, profile, given
         )
@@ -666,11 +681,17 @@ def _search(
         return own, complete  # (cut short by the wall-time cap: no time left)
     seconds_left = deadline - time.perf_counter()
     own_trial_seconds = (time.perf_counter() - started) / max(own.trials, 1)
-    if reference_trial_wall(own_trial_seconds, own, sizes) > seconds_left:
+    wall = reference_trial_wall(own_trial_seconds, own, sizes)
+    if wall > seconds_left:
         # cotengra checks its time cap only between trials: one trial that
         # cannot end before the deadline would overrun it, so the wall-time
         # cap ends the search here (not reproducible: not stored on disk).
         return own, False
+    spend = allowance(own.time, budget)
+    if wall > PLANNING_GRACE_SECONDS + MEASURED_PER_MODEL * spend:
+        # planning's bound: the own tree, without the reference (stored:
+        # it is the own trials' tree, as reproducible as they are)
+        return own, complete
     trials_ = reference_budget(own, len(terms), budget)
     tree, reference_complete = reference_search(
         terms, output, sizes, itemsize, memory_limit, seed, trials_, seconds_left
@@ -996,11 +1017,12 @@ def _quick_trees(
     618 tables: 0.3 s a trial, mostly subtree reconfiguration, against 0.02 s),
     so before any trial two greedy trees are costed, unsliced: cotengra's plain
     greedy order and the best (by FLOPs) of `quick_repeats` seeded
-    random-greedy orders. The faster of those that fit the limit ends the
-    search if it is estimated below ``CHEAP_TREE_SHARE`` of one trial (the rule
-    of `_run_trials`, applied before its first trial; see `_cached`).
+    random-greedy orders. When neither fits the limit, the faster is sliced
+    to fit (`_sliced_quick`). The quick tree ends the search where no search
+    can pay for itself (`search_pays`, applied before the first trial; see
+    `_cached`).
     """
-    best = None
+    best = fastest = None
     candidates = (
         greedy_path(terms, output, sizes),
         random_greedy_path(terms, output, sizes, seed, quick_repeats(len(terms))),
@@ -1014,8 +1036,13 @@ def _quick_trees(
             best is None or cost.time < best[1].time
         ):
             best = path, cost
+        if fastest is None or cost.time < fastest[1].time:
+            fastest = path, cost
     if best is None:
-        return None
+        assert fastest is not None
+        return _sliced_quick(
+            fastest[0], terms, output, sizes, itemsize, memory_limit, semiring, profile
+        )
     path, cost = best
     return Found(
         path=path,
@@ -1025,6 +1052,35 @@ def _quick_trees(
         trials=0,
         peak_bytes=cost.peak_bytes,
     )
+
+
+def _sliced_quick(
+    path, terms, output, sizes, itemsize, memory_limit, semiring, profile
+) -> Found | None:
+    """A quick tree over the limit, sliced by cotengra to fit (None: it does not).
+
+    Sliced as the trials slice (to `_TARGET_FRACTION` of the limit in
+    entries), then further while einslice's peak is over the limit
+    (`_reference_found`); no reconfiguration. Without it a network whose
+    greedy trees do not fit always ran its minimum trials (einsum-benchmark's
+    mera-likelihood-d2: 7 trials for a tree estimated at 81 ms).
+    """
+    from cotengra import ContractionTree
+
+    tree = ContractionTree.from_path(*labelled(terms, output, sizes), path=path)
+    target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
+    found = _reference_found(
+        tree.slice(target_size=target, seed=0),
+        terms,
+        output,
+        sizes,
+        itemsize,
+        memory_limit,
+        semiring,
+        profile,
+        by="einslice",
+    )
+    return found if found.peak_bytes <= memory_limit else None
 
 
 def reconfigured(
@@ -1190,6 +1246,36 @@ def least_search_cost(n_terms: int) -> float:
         True
     """
     return -(-MIN_TENSOR_TRIALS // n_terms) * n_terms * TRIAL_COST_PER_TENSOR
+
+
+def search_pays(spend: float, n_terms: int, semiring: str = "sum") -> bool:
+    """Whether a search may run, given what it may spend (rules 0 and 1).
+
+    Not for a tree cheaper than `CHEAP_TREE_SHARE` of a trial (rule 0), and,
+    on the "sum" semiring, not when the minimum trials (`least_search_cost`)
+    cost more than ``spend`` (`allowance`: one run of the best quick tree,
+    or a growth search's budget): ski rental from the first call, a plan's
+    first search costs about one run, and its growth searches more as its
+    calls add up (``_exec._run``). Measured on einsum-benchmark's networks
+    (benchmarks/results/networks.md, 2026-12-07): the minimum trials cost
+    3-30x the quick tree's estimate on mera-p-first-last (5 trials, 433 ms
+    estimated, for a 14.8 ms tree they did not improve), random-hyper-50
+    and the fresh 5x5 periodic lattice, and made einslice's first result
+    0.54-0.70x the fastest peer's there. Graphical models' "log" and "max"
+    plans keep the minimum trials: they run ~30x their estimate
+    (``_exec._choose.MEASURED_PER_ESTIMATED``), so a quick tree's estimate
+    understates what a search saves there.
+
+    Example:
+        >>> n = 64
+        >>> search_pays(least_search_cost(n), n), search_pays(0.01, n)
+        (True, False)
+        >>> search_pays(0.01, n, "log")
+        True
+    """
+    if cheap(spend, n_terms):
+        return False
+    return semiring != "sum" or spend >= least_search_cost(n_terms)
 
 
 def cheap(seconds: float, n_terms: int) -> bool:
