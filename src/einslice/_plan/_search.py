@@ -1059,16 +1059,16 @@ def _sliced_quick(
 ) -> Found | None:
     """A quick tree over the limit, sliced by cotengra to fit (None: it does not).
 
-    Sliced as the trials slice (to `_TARGET_FRACTION` of the limit in
-    entries), then further while einslice's peak is over the limit
-    (`_reference_found`); no reconfiguration. Without it a network whose
-    greedy trees do not fit always ran its minimum trials (einsum-benchmark's
+    Sliced as the reference is (to the limit in entries, then further while
+    einslice's peak is over the limit: `_reference_found`, the least slicing
+    that fits); no reconfiguration. Without it a network whose greedy trees
+    do not fit always ran its minimum trials (einsum-benchmark's
     mera-likelihood-d2: 7 trials for a tree estimated at 81 ms).
     """
     from cotengra import ContractionTree
 
     tree = ContractionTree.from_path(*labelled(terms, output, sizes), path=path)
-    target = max(2, int(memory_limit // itemsize * _TARGET_FRACTION))
+    target = max(2, memory_limit // itemsize)
     found = _reference_found(
         tree.slice(target_size=target, seed=0),
         terms,
