@@ -42,8 +42,8 @@ max |reference| of the last call, the reference a float64 (complex128)
 contraction by numpy on cotengra's tree (sliced to the limit).
 jnp.einsum and opt_einsum have no memory limit: they are not run where their
 own prediction of their temporaries is over ``PEER_MEMORY_CAP`` (3 GB; the
-machine is shared). A call running past ``--max-seconds`` is stopped (SIGALRM,
-between two Python operations) and reported as ``> max``.
+machine is shared). A call running past ``--call-limit`` (300 s) is stopped
+(SIGALRM, between two Python operations) and reported as ``> max``.
 
 Summary: per network and N, the best peer's total ÷ einslice's (> 1:
 einslice is faster); geometric means over the networks, the lowest and
@@ -53,6 +53,7 @@ fastest peer's.
 Usage:
     python benchmarks/networks.py [--quick] [--families randreg,lattice,...]
         [--memory-limit 256MB] [--max-seconds 120] [--peer-seconds 10]
+        [--call-limit 300]
         [--cotengra-seconds 30] [--fresh SEED] [--only NAME ...]
         [--out benchmarks/results/networks.md] [--list]
 """
@@ -366,7 +367,7 @@ def interleaved(network: Network, operands) -> list:
 
 
 class Stopped(Exception):
-    """A call ran past ``--max-seconds``."""
+    """A call ran past ``--call-limit``."""
 
 
 def _stop(signum, frame):
@@ -700,26 +701,26 @@ def measure(network: Network, limit: int, args) -> dict:
         for backend in ("numpy", "jax"):
             row[f"ctg-{backend}"] = {"note": _brief(failure)}
     try:
-        exact, _, _ = timed(lambda: reference(network, tree), args.max_seconds, 0)
+        exact, _, _ = timed(lambda: reference(network, tree), args.call_limit, 0)
         exact = np.asarray(exact)
     except Stopped:
         exact = None
-    most, peer = args.max_seconds, args.peer_seconds
+    stop, most, peer = args.call_limit, args.max_seconds, args.peer_seconds
     runs = {
-        "einslice": lambda: run_einslice(network, limit, most),
-        "einslice-off": lambda: run_einslice(network, limit, most, peer, False),
-        "jnp-greedy": lambda: run_jnp_greedy(network, limit, most, peer),
-        "oe-numpy": lambda: run_oe_numpy(network, limit, most, peer),
+        "einslice": lambda: run_einslice(network, limit, stop, most),
+        "einslice-off": lambda: run_einslice(network, limit, stop, peer, False),
+        "jnp-greedy": lambda: run_jnp_greedy(network, limit, stop, peer),
+        "oe-numpy": lambda: run_oe_numpy(network, limit, stop, peer),
     }
     for method, run in runs.items():
-        row[method] = _attempt(run, args.max_seconds)
+        row[method] = _attempt(run, stop)
     if tree is not None:
         for backend in ("numpy", "jax"):
             row[f"ctg-{backend}"] = _attempt(
                 lambda backend=backend: run_cotengra(
-                    network, tree, seconds, backend, most, peer
+                    network, tree, seconds, backend, stop, peer
                 ),
-                args.max_seconds,
+                stop,
             )
     for result in row.values():
         calls = result.get("calls")
@@ -932,7 +933,18 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a small subset")
     parser.add_argument("--families", help="comma-separated families to run")
     parser.add_argument("--only", nargs="*", help="network names to run")
-    parser.add_argument("--max-seconds", type=float, default=120.0)
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=120.0,
+        help="the calls' seconds of einslice (growth on)",
+    )
+    parser.add_argument(
+        "--call-limit",
+        type=float,
+        default=300.0,
+        help="a call running longer is stopped",
+    )
     parser.add_argument("--cotengra-seconds", type=float, default=30.0)
     parser.add_argument(
         "--peer-seconds",
