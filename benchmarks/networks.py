@@ -437,7 +437,8 @@ def timed_calls(
             spent = math.fsum(times)
             if len(times) >= measured and spent > budget:
                 break
-            if len(times) > 1 and spent + times[-1] > 8 * budget:
+            left = measured - len(times)
+            if len(times) > 1 and math.fsum(times[1:]) + left * times[-1] > 8 * budget:
                 break  # (100 calls would take hours: report what was measured)
             signal.setitimer(signal.ITIMER_REAL, max_seconds)
             start = time.perf_counter()
@@ -546,6 +547,8 @@ def run_einslice(
     note += f"; {len(calls.times)} calls" + (
         f", {hosted} on the host" if hosted is not None else ""
     )
+    if not runner.steady:  # (its later calls may run faster than its last)
+        note += ", not steady"
     growths = getattr(runner, "growths", [])
     if growths:
         held = einslice.running_plan(plan)
