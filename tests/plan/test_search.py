@@ -198,14 +198,12 @@ def _searched_as_before(monkeypatch):
     """The search runs wherever its tree is not cheap (rule 0 alone): these
     networks' quick trees cost less than the minimum trials, which a first
     search no longer spends (`_search.search_pays`), and the guarantees
-    tested are those of a search that runs. Planning's bound (a wall-time
-    rule) may not skip the reference either, whatever the machine's load."""
+    tested are those of a search that runs."""
     monkeypatch.setattr(
         _search,
         "search_pays",
         lambda spend, n, semiring="sum": not _search.cheap(spend, n),
     )
-    monkeypatch.setattr(_search, "PLANNING_GRACE_SECONDS", math.inf)
 
 
 def _never_worse(equation, limit, seed, monkeypatch):
@@ -632,24 +630,3 @@ def test_greedy_trees_over_the_limit_are_sliced_to_fit_without_a_search():
     assert unsliced.peak_bytes > limit
     found = search_tree(terms, output, sizes, 8, limit)
     assert found == quick
-
-
-def test_planning_bound_skips_a_reference_that_would_take_longer_than_the_run(
-    monkeypatch,
-):
-    # A reference trial expected to take more than the tree's run time (read
-    # in wall seconds) plus PLANNING_GRACE_SECONDS does not start: the own
-    # trials' tree is returned (and stored), without a reference.
-    equation = randreg_equation(40, 3, d_min=6, d_max=10, seed=4)
-    terms, output, sizes = _network(equation)
-    monkeypatch.setattr(_search, "search_pays", lambda spend, n, semiring="sum": True)
-    ran = []
-    monkeypatch.setattr(
-        _search, "reference_search", lambda *a, **k: ran.append(a) or None
-    )
-    # 20 s: within the search's 60 s cap, over the bound (the tree: ~0.1 s)
-    monkeypatch.setattr(_search, "reference_trial_wall", lambda *a: 20.0)
-    found = search_tree(terms, output, sizes, 4, 2**23, seed=1)
-    assert found.time * _search.MEASURED_PER_MODEL < 20.0 - 3.0
-    assert not ran and found.trials > 0
-    assert found.reference_trials == 0 and found.runner_up is None

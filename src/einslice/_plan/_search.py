@@ -139,18 +139,6 @@ REFERENCE_MAX_SLICES = 256
 # randreg-60 (0.9 s a trial) and the tests' randreg-30/40 (estimated at 4.1x
 # and 4.8x their own search and run time) stay within it.
 REFERENCE_BUDGET_FACTOR = 6.0
-# Planning's bound (issue 36): the reference search starts only when one of
-# its trials is expected (`reference_trial_wall`, from this search's own
-# trials as measured) to take at most PLANNING_GRACE_SECONDS plus
-# MEASURED_PER_MODEL times the best tree's estimated run time (or a growth
-# search's budget). UAI 2014's DBN_16 (a 22x22 RBM): its 16-entry merge
-# variant (121 tables, a quick tree estimated at 0.05 s) ran one reference
-# trial of 66 s (loaded machine, load ~10; own trials 1.8 s each) where the
-# cost per tensor predicted 1 estimated second: cotengra's subtree
-# reconfiguration of a dense network. MEASURED_PER_MODEL: the model's seconds
-# read ~3x below measured times on this CPU (see TRIAL_COST_PER_TENSOR).
-PLANNING_GRACE_SECONDS = 3.0
-MEASURED_PER_MODEL = 3.0
 # Simulated annealing of whole trees (cotengra's `simulated_anneal_tree`,
 # after Kalachev et al. and OMEinsumContractionOrders' TreeSA), slicing to the
 # search's target inside the annealing, from the plain greedy tree. Where the
@@ -681,17 +669,11 @@ def _search(
         return own, complete  # (cut short by the wall-time cap: no time left)
     seconds_left = deadline - time.perf_counter()
     own_trial_seconds = (time.perf_counter() - started) / max(own.trials, 1)
-    wall = reference_trial_wall(own_trial_seconds, own, sizes)
-    if wall > seconds_left:
+    if reference_trial_wall(own_trial_seconds, own, sizes) > seconds_left:
         # cotengra checks its time cap only between trials: one trial that
         # cannot end before the deadline would overrun it, so the wall-time
         # cap ends the search here (not reproducible: not stored on disk).
         return own, False
-    spend = allowance(own.time, budget)
-    if wall > PLANNING_GRACE_SECONDS + MEASURED_PER_MODEL * spend:
-        # planning's bound: the own tree, without the reference (stored:
-        # it is the own trials' tree, as reproducible as they are)
-        return own, complete
     trials_ = reference_budget(own, len(terms), budget)
     tree, reference_complete = reference_search(
         terms, output, sizes, itemsize, memory_limit, seed, trials_, seconds_left
