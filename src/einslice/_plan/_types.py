@@ -50,11 +50,17 @@ class Equation:
     shapes: tuple[tuple[int, ...], ...]
 
     def term_text(self, term: tuple[int, ...]) -> str:
-        """Show a term as people wrote it, e.g. ``'ij'``."""
-        return "".join(
-            self.names[i] if len(self.names[i]) == 1 else f"[{self.names[i]}]"
-            for i in term
-        )
+        r"""Show a term as people wrote it, e.g. ``'ij'``.
+
+        A name of one printable character stands as it is (``'a×#'``); any
+        other in brackets, escaped when it does not print (``'[12][\t]'``).
+        """
+        return "".join(_name_text(self.names[i]) for i in term)
+
+    def index_name(self, index: int) -> str:
+        r"""Index ``index``'s name, escaped where it does not print (``'\t'``)."""
+        name = self.names[index]
+        return name if name.isprintable() else repr(name)[1:-1]
 
     def text(self) -> str:
         """The equation as a string, e.g. ``'ij,jk->ik'``."""
@@ -64,6 +70,13 @@ class Equation:
     def brief(self) -> str:
         """The equation quoted for a message, cut when long (see `brief`)."""
         return brief(self.text(), len(self.terms))
+
+
+def _name_text(name: str) -> str:
+    """An index's name as `Equation.term_text` shows it."""
+    if len(name) == 1 and name.isprintable():
+        return name
+    return f"[{name if name.isprintable() else repr(name)[1:-1]}]"
 
 
 # Messages quote at most this many characters of an equation.
