@@ -168,10 +168,10 @@ def test_unknown_semiring():
 
 def test_bad_interleaved_labels():
     a = jnp.ones((2, 2))
-    with raises("1.5"):
-        einslice.einsum(a, [0, 1.5], a, [1.5, 2])
-    with raises("'x'"):
+    with raises("'x'", "do not sort together"):  # jnp.einsum cannot order them
         einslice.einsum(a, [0, "x"], a, ["x", 2])
+    with raises("[0]", "not hashable"):
+        einslice.einsum(a, [0, [0]], a, [[0], 2])
     with raises("7"):  # output label that no operand has
         einslice.einsum(a, [0, 1], a, [1, 2], [0, 7])
 

@@ -273,14 +273,18 @@ def _names(text: str) -> list[str]:
 
 
 def _index_sizes(text: str) -> dict[str, int]:
-    """``i=4096,j=512`` -> {'i': 4096, 'j': 512}."""
+    """``i=4096,j=512`` -> {'i': 4096, 'j': 512}.
+
+    An index is one character, as in the formula: any but ``,-.>`` and the
+    space (``'×=3'``; ``'==3'`` sizes the index ``=``).
+    """
     out = {}
     for part in text.split(","):
-        index, eq, size = part.partition("=")
-        index, size = index.strip(), size.strip()
-        if not eq or len(index) != 1 or not index.isalpha():
+        index, eq, size = part.rpartition("=")
+        index, size = index.strip(" "), size.strip()
+        if not eq or len(index) != 1 or index in ",-.>":
             raise argparse.ArgumentTypeError(
-                f"{part!r} is not INDEX=SIZE with a one-letter index "
+                f"{part!r} is not INDEX=SIZE with a one-character index "
                 "(e.g. --shape i=4096)"
             )
         try:
@@ -357,20 +361,19 @@ def _run_explain(args: argparse.Namespace, parser: _Parser) -> int:
     """Print ``str(einslice.plan(...))`` for the formula and index sizes."""
     import einslice
 
+    from ._plan._equation import parse_subscripts
+
     formula: str = args.formula.replace(" ", "")
     if "..." in formula:
         parser.error(f"{formula!r}: write '...' out as explicit indices to explain")
     sizes: dict[str, int] = {}
     for group in args.shape:
         sizes.update(group)
-    lhs = formula.split("->")[0]
-    terms = lhs.split(",")
-    used = {c for term in terms for c in term}
-    if "->" in formula:
-        used |= set(formula.split("->", 1)[1])
-    bad = sorted(c for c in used if not c.isalpha())
-    if bad:
-        parser.error(f"{formula!r}: {bad[0]!r} is not an index letter")
+    try:  # any character but the separators is an index, as in jnp.einsum
+        terms, output = parse_subscripts(formula, formula.count(",") + 1)
+    except einslice.EinsliceError as e:
+        parser.error(str(e))
+    used = {str(c) for term in (*terms, output or ()) for c in term}
     missing = sorted(used - set(sizes))
     if missing:
         parser.error(
@@ -380,7 +383,7 @@ def _run_explain(args: argparse.Namespace, parser: _Parser) -> int:
     unknown = sorted(set(sizes) - used)
     if unknown:
         parser.error(f"--shape gives {unknown[0]!r}, which {formula!r} does not use")
-    shapes = [tuple(sizes[c] for c in term) for term in terms]
+    shapes = [tuple(sizes[str(c)] for c in term) for term in terms]
     try:
         plan = einslice.plan(
             formula,

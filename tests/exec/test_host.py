@@ -8,16 +8,20 @@ all three semirings; plus when the host is chosen, and its refusals.
 from __future__ import annotations
 
 import dataclasses
+import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import einslice
 from einslice._errors import EinsliceError
 from einslice._exec import _host
 from einslice._exec._choose import pays_on_host
 from einslice._exec._host import host_seconds, run_on_host
+from einslice._plan._walk import walk_peak_bytes
 from strategies import (
     equations,
     feasible_plan,
@@ -28,6 +32,21 @@ from strategies import (
     seeds,
     sliceable_equations,
     tight_limit_fractions,
+)
+
+# ../shared beside the repository (a git worktree one level deeper: ../../shared)
+_ROOT = Path(__file__).resolve().parents[2]
+SHARED = (
+    next(
+        (
+            p
+            for p in (_ROOT.parent / "shared", _ROOT.parents[1] / "shared")
+            if p.is_dir()
+        ),
+        _ROOT.parent / "shared",
+    )
+    / "data"
+    / "uai"
 )
 
 
@@ -203,3 +222,81 @@ def test_a_host_walk_of_the_greedy_path_matches_the_reference(eq, seed):
             ops = [10 * x for x in ops]
         walk = host_walk(equation, path, semiring, "float64")
         _check(eq, ops, walk, semiring)
+
+
+# -- memory: the walk holds the nodes alive at each step, within its bound -------
+
+# What tracemalloc counts beside the arrays: Python's lists, tuples and array
+# headers, which the bound (arrays only) leaves out.
+PYTHON_OBJECTS = 64 * 1024
+
+
+def _traced_peak(walk, operands) -> int:
+    """tracemalloc's peak over one `run_on_host` (the operands made before)."""
+    tracemalloc.start()
+    try:
+        run_on_host(walk, operands)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@settings(max_examples=30)
+@given(
+    sliceable_equations(max_operands=5, max_elements=2**13),
+    seeds,
+    st.sampled_from((None, 0.5, 0.1)),
+)
+def test_the_walk_holds_at_most_its_bound(eq, seed, fraction):
+    ops = random_operands(eq, seed)
+    for semiring in ("sum", "log", "max"):
+        plan = _plan(eq, fraction, semiring)
+        assert _traced_peak(plan, ops) <= walk_peak_bytes(plan) + PYTHON_OBJECTS
+    with pytest.MonkeyPatch.context() as patch:  # the per-step "log" rule
+        patch.setattr(_host, "SCALED_FLOOR", 2.0)
+        assert _traced_peak(plan, ops) <= walk_peak_bytes(plan) + PYTHON_OBJECTS
+
+
+def test_a_chain_holds_a_few_nodes_not_all_of_them():
+    # 24 matrix products of 200 x 200: the walk used to keep every result
+    # (24 x 320 kB); it holds the two sides and the result of one step
+    n, k = 24, 200
+    rng = np.random.default_rng(3)
+    args, ops = [], []
+    for i in range(n):
+        ops.append(rng.standard_normal((k, k)) / np.sqrt(k))
+        args += [(k, k), [i, i + 1]]
+    # left to right: each result (last in opt_einsum's list) times the next
+    path = [(0, 1)] + [(0, n - 2 - j) for j in range(n - 2)]
+    plan = einslice.plan(*args, [0, n], dtype=np.float64, optimize=path)
+    steps = plan.steps
+    assert all(n + k - 1 in (steps[k].left, steps[k].right) for k in range(1, n - 1))
+    all_nodes = 8 * k * k * (2 * n - 1)
+    assert walk_peak_bytes(plan) < all_nodes / 2
+    assert _traced_peak(plan, ops) <= walk_peak_bytes(plan) + PYTHON_OBJECTS
+    expected = np.linalg.multi_dot(ops)
+    np.testing.assert_allclose(run_on_host(plan, ops), expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"no shared UAI instances at {SHARED}")
+@pytest.mark.parametrize(
+    "name", ["Grids_12", pytest.param("Grids_15", marks=pytest.mark.slow)]
+)
+def test_the_shared_grids_walk_within_the_bound(name):
+    # log Z at 256 MB, as `einslice uai` plans it: Grids_12's greedy tree is
+    # walked unplanned; Grids_15's plan (743 steps, unsliced; its tree search
+    # takes 10-40 s) is walked on the host: its nodes once summed to 2 GB
+    from einslice.pgm import read_evidence, read_uai
+    from einslice.pgm._infer import _prepare
+
+    model = read_uai(SHARED / f"{name}.uai")
+    evidence = read_evidence(SHARED / f"{name}.uai.evid")
+    prepared = _prepare(
+        model, evidence, "log", "256MB", "auto", np.float32, value_only=True
+    )
+    walk = prepared.walk if prepared.walk is not None else prepared.plan
+    assert walk is not None and (prepared.walk is not None or prepared.on_host)
+    bound = walk.peak_bytes if prepared.walk is not None else walk_peak_bytes(walk)
+    assert bound <= 256e6
+    tables = prepared.network.tables
+    assert _traced_peak(walk, tables) <= bound + PYTHON_OBJECTS

@@ -27,7 +27,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from .._plan._cachedir import CacheWarning, cache_dir, write_atomic
+from .._plan._cachedir import (
+    CacheWarning,
+    cache_dir,
+    private_dir,
+    read_text,
+    write_atomic,
+)
 from .._plan._profile import Profile, built_in, figures_problem
 
 # One timed call of each micro-benchmark lasts at least this long: longer
@@ -100,7 +106,7 @@ def _load(directory: Path, kind: str, platform: str) -> Profile:
         return default
     try:
         # fields stored before they existed (compile figures) are the platform's
-        stored = Profile.from_json(path.read_text(), defaults=default)
+        stored = Profile.from_json(read_text(path), defaults=default)
         problem = figures_problem(stored)
         if problem is not None:
             raise ValueError(problem)
@@ -423,14 +429,17 @@ def _transpose_bandwidth(nbytes: int, target: float) -> float:
     return 2.0 * x.nbytes * calls / seconds
 
 
-def enable_compilation_cache() -> str:
+def enable_compilation_cache() -> str | None:
     """Turn on JAX's persistent compilation cache in einslice's cache directory.
 
     A cache directory the caller already set (``jax_compilation_cache_dir``)
-    is kept, never overridden.
+    is kept, never overridden. einslice's own, ``xla/`` in its cache
+    directory, is made 0700; JAX runs the compiled programs it finds there,
+    so where that directory belongs to someone else or others can write it
+    (``_cachedir.private_dir``), the cache stays off, with a `CacheWarning`.
 
     Returns:
-        The compilation cache directory in use.
+        The compilation cache directory in use; None if it stayed off.
 
     Example:
         >>> import jax, einslice
@@ -443,6 +452,16 @@ def enable_compilation_cache() -> str:
     if current:
         return str(current)
     directory = cache_dir() / "xla"
-    directory.mkdir(parents=True, exist_ok=True)
+    problem = private_dir(directory)
+    if problem:
+        warnings.warn(
+            f"einslice leaves JAX's compilation cache off: {problem}, and JAX "
+            "runs the compiled programs it finds there. Make that directory "
+            "yours, writable only by you (chmod 700) and empty, or set "
+            "EINSLICE_CACHE_DIR to a directory only you can write.",
+            CacheWarning,
+            stacklevel=2,
+        )
+        return None
     jax.config.update("jax_compilation_cache_dir", str(directory))
     return str(directory)

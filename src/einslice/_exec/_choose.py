@@ -47,6 +47,7 @@ from .._plan._planner import tuning_candidates
 from .._plan._request import PlanRequest
 from .._plan._search import cheap
 from .._plan._types import HostWalk, Plan
+from .._plan._walk import walk_peak_bytes
 from . import _background, _tune
 from ._calibrate import current_profile, host_profile
 from ._executors import EXECUTORS, Executor, compile_seconds, transfer_seconds
@@ -194,6 +195,9 @@ def pays_on_host(plan: Plan | HostWalk, on_device: bool = False) -> bool:
     against the host CPU's compile figures first, the lowest of any device's
     (a device compiles on the host, for a backend of its own), so that a
     walk that beats them does not start JAX's backend to ask for the device.
+    And, for a plan, whether the walk keeps its memory limit
+    (``_walk.walk_peak_bytes``): the host walk holds only the nodes alive at
+    each step, but in float64 and beside copies of the step's sides.
 
     Example:
         >>> import einslice
@@ -204,6 +208,8 @@ def pays_on_host(plan: Plan | HostWalk, on_device: bool = False) -> bool:
     """
     if plan.devices != 1 or plan.sharded is not None:
         return False
+    if isinstance(plan, Plan) and walk_peak_bytes(plan) > plan.memory_limit:
+        return False  # (a `HostWalk`'s bound is checked where it is taken)
     walk = host_seconds(plan)
     if not on_device and walk < compile_seconds(plan, host_profile()):
         return True
@@ -282,7 +288,7 @@ def walk_pays(
         >>> from einslice._plan._walk import host_walk
         >>> eq = build_equation(parse_subscripts("ij,jk->", 2), ((2, 3), (3, 4)))
         >>> w = host_walk(eq, ((0, 1),), "log", "float64")
-        >>> walk_pays(w, 2**20, 2), walk_pays(w, 8, 2)  # fits, does not fit
+        >>> walk_pays(w, 2**22, 2), walk_pays(w, 8, 2)  # fits, does not fit
         (True, False)
     """
     if derivative:

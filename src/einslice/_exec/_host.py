@@ -30,7 +30,7 @@ from __future__ import annotations
 import itertools
 import math
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from math import prod
@@ -126,8 +126,9 @@ def run_on_host(plan: Plan | HostWalk, operands: Sequence) -> np.ndarray:
         )
     eq = plan.equation
     dtype = np.dtype(plan.dtype)
+    # Why: the caller holds the operands; a copy only where the dtype differs
     arrays = [
-        np.squeeze(x, drop).astype(dtype, copy=False) if drop else x.astype(dtype)
+        (np.squeeze(x, drop) if drop else x).astype(dtype, copy=False)
         for x, drop in zip(arrays, eq.squeezed, strict=True)
     ]
     ring = plan.ring
@@ -155,11 +156,11 @@ def _chunk(plan: Plan | HostWalk, operands: Sequence[np.ndarray]) -> np.ndarray:
     scaled = _scaled_log_walk(plan, operands) if ring.scaled_form else None
     if scaled is not None:
         result, term = scaled
-    else:
-        nodes = [
+    else:  # (an iterator: the walk lets each node go after its step)
+        nodes = (
             _prepare(ring, x, t, k)
             for x, t, k in zip(operands, terms, kept, strict=True)
-        ]
+        )
         result, term = plan.walk_steps(nodes, partial(_step, ring))
     return np.transpose(result, [term.index(i) for i in plan.equation.output])
 
@@ -190,14 +191,16 @@ def _scaled_log_walk(
     """
     eq = plan.equation
     single = np.dtype(plan.dtype) == np.float32 and plan.flops > SINGLE_MIN_FLOPS
-    scaled: list[_Scaled] = []
-    for x, term, kept in zip(operands, eq.terms, plan.prepared, strict=True):
-        node = _to_scaled(x, term, kept, single)
-        if node is None:
-            return None
-        scaled.append(node)
+
+    def scaled() -> Iterator[_Scaled]:  # (an iterator: see `_chunk`)
+        for x, term, kept in zip(operands, eq.terms, plan.prepared, strict=True):
+            node = _to_scaled(x, term, kept, single)
+            if node is None:
+                raise _Underflow
+            yield node
+
     try:
-        (m, shift, _), term = plan.walk_steps(scaled, _scaled_step)
+        (m, shift, _), term = plan.walk_steps(scaled(), _scaled_step)
     except _Underflow:
         return None
     with np.errstate(divide="ignore"):

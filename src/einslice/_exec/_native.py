@@ -19,6 +19,21 @@ off (``EINSLICE_NATIVE=0``, which turns off the TPU's Pallas kernel too,
 results; a failed build warns once per process (`NativeWarning`) and says
 why. ``status()`` reports which it is.
 
+A library is code that every process loading it runs, so only einslice's
+own is loaded: it is built into ``kernels/``, a directory made 0700, and
+before loading, the file and its directory must belong to this user and be
+writable by no one else (``_cachedir.untrusted``; checked on the open file
+and directory, then loaded through ``/proc/self/fd`` on Linux so that nothing
+can be swapped in between). A cache that fails the check (a group-writable
+home, a cache directory shared between users, a CI cache restored from
+elsewhere) is not loaded from nor built into: the kernel is built in a
+private temporary directory for this process instead, with one
+``CacheWarning``. Why rebuild rather than take the XLA path: the results
+are the same either way, but the kernel makes max-plus products 2-3x faster
+compiled and the host walk's 15x (Grids_15's MAP walk: 14.6 s in numpy,
+under a second with it), and the build (about 3 s) is made only when a
+product is large enough to pay for it (`BUILD_PAIRS`), as on a first run.
+
 Example:
     >>> import jax.numpy as jnp
     >>> x = jnp.array([[[0.0], [5.0]]])  # [batch, k, m]
@@ -34,6 +49,7 @@ import hashlib
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import tempfile
 import warnings
@@ -46,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._plan._cachedir import cache_dir
+from .._plan._cachedir import CacheWarning, cache_dir, private_dir, untrusted
 
 SOURCE = Path(__file__).with_name("max_plus.cc")
 # FFI target names, one per dtype the kernel takes.
@@ -119,17 +135,29 @@ def enabled() -> bool:
 
 
 # The library whose handlers this process registered: XLA refuses a second
-# registration of a target from another file, so the first one stays.
+# registration of a target from another file, so the first one stays. And
+# the handle it was loaded as (the host walk calls through it: loading the
+# path again could find another file there).
 _registered: Path | None = None
+_loaded: ctypes.CDLL | None = None
 
 
 @cache
 def _max_plus_kernel() -> MaxPlus | None:
-    global _registered
+    global _registered, _loaded
     library, reason = (_registered, "") if _registered else _library()
+    if library is not None and _registered is None:
+        loaded, reason = _load(library)
+        if loaded is None:
+            library = None
+        else:
+            for dtype, target in TARGETS.items():
+                capsule = jax.ffi.pycapsule(getattr(loaded, SYMBOLS[dtype]))
+                jax.ffi.register_ffi_target(target, capsule, platform="cpu")
+            _registered, _loaded = library, loaded
     if library is None:
         warnings.warn(
-            f"einslice: the native max-plus kernel was not built ({reason}); "
+            f"einslice: the native max-plus kernel was not built or loaded ({reason}); "
             "max-plus products run on XLA's path, with the same results, "
             "2-3x slower. Install a C++ compiler (g++ or clang++, or name one "
             "in $CXX), or set EINSLICE_NATIVE=0 to silence this.",
@@ -137,12 +165,6 @@ def _max_plus_kernel() -> MaxPlus | None:
             stacklevel=3,
         )
         return None
-    if _registered is None:
-        loaded = ctypes.cdll.LoadLibrary(str(library))
-        for dtype, target in TARGETS.items():
-            capsule = jax.ffi.pycapsule(getattr(loaded, SYMBOLS[dtype]))
-            jax.ffi.register_ffi_target(target, capsule, platform="cpu")
-        _registered = library
 
     def kernel(
         lhs: jax.Array,
@@ -198,8 +220,8 @@ def _cores() -> int:
 @cache
 def _host_function():
     """The registered library's C entry point for numpy arrays."""
-    assert _registered is not None, "max_plus_kernel() loads the library first"
-    function = ctypes.CDLL(str(_registered)).EinsliceMaxPlusHost
+    assert _loaded is not None, "max_plus_kernel() loads the library first"
+    function = _loaded.EinsliceMaxPlusHost
     function.restype = ctypes.c_int
     int64 = ctypes.c_int64
     function.argtypes = [
@@ -219,16 +241,114 @@ def takes(dtype) -> bool:
 def _library(build: bool = True) -> tuple[Path | None, str]:
     """The library, built now if it is not in the cache (unless not ``build``).
 
-    Else None and the reason.
+    Else None and the reason. A cache that `_distrusted` refuses is neither
+    read nor written: the library is then built in `_private`'s directory.
     """
     library, detail = _located(cache_dir())
     if library is None:
         return None, detail
+    reason = _distrusted(library)
+    if reason:
+        _warn_distrusted(library, reason)
+        library = _private() / library.name
     if library.exists():
         return library, ""
     if not build:
         return None, "not built yet"
     return _built(library)
+
+
+def _distrusted(library: Path) -> str:
+    """Why ``library``'s directory or file may not be loaded from; '' if it may.
+
+    Each that exists must be owned by this user and writable by no one
+    else, and be what it seems (no symbolic link). A directory not there
+    yet is fine: `_built` makes it 0700.
+    """
+    for path, kind in ((library.parent, stat.S_ISDIR), (library, stat.S_ISREG)):
+        try:
+            status = os.lstat(path)
+        except FileNotFoundError:
+            return ""
+        except OSError as error:
+            return f"{str(path)!r} cannot be examined ({error})"
+        if not kind(status.st_mode):
+            return f"{str(path)!r} is a symbolic link or not a regular entry"
+        problem = untrusted(status, path)
+        if problem:
+            return problem
+    return ""
+
+
+# Libraries already reported untrusted (one warning each per process).
+_distrusted_warned: set[Path] = set()
+
+
+def _warn_distrusted(library: Path, reason: str) -> None:
+    if library in _distrusted_warned:
+        return
+    _distrusted_warned.add(library)
+    warnings.warn(
+        f"einslice does not load its native kernel from {str(library.parent)!r}: "
+        f"{reason}, so someone else could have put code there. It builds the "
+        "kernel in a private temporary directory for this process instead "
+        "(about 3 s, when a max-plus product is large enough). To cache it: "
+        f"chmod 700 {str(library.parent)!r} as its owner and delete the files "
+        "in it, or set EINSLICE_CACHE_DIR to a directory only you can write.",
+        CacheWarning,
+        stacklevel=4,
+    )
+
+
+# The private directory this process builds in when the cache is refused:
+# made 0700 by mkdtemp, removed when the process ends.
+_scratch: tempfile.TemporaryDirectory | None = None
+
+
+def _private() -> Path:
+    global _scratch
+    if _scratch is None:
+        _scratch = tempfile.TemporaryDirectory(prefix="einslice-kernels-")
+    return Path(_scratch.name)
+
+
+def _load(library: Path) -> tuple[ctypes.CDLL | None, str]:
+    """``library`` loaded, if it passes the checks on the open file; else why not.
+
+    The directory and the file are opened (no symbolic links followed) and
+    checked as open (`untrusted` of their fstat); on Linux the library is
+    then loaded through its open descriptor (``/proc/self/fd/N``), so that
+    what was checked is what is loaded. Elsewhere it is loaded by its path
+    after the checks.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        directory = os.open(library.parent, flags | getattr(os, "O_DIRECTORY", 0))
+    except OSError as error:
+        return None, f"{str(library.parent)!r} cannot be opened ({error})"
+    try:
+        problem = untrusted(os.fstat(directory), library.parent)
+        if problem:
+            return None, problem
+        handle = os.open(library.name, flags, dir_fd=directory)
+    except OSError as error:
+        return None, f"{str(library)!r} cannot be opened ({error})"
+    finally:
+        os.close(directory)
+    try:
+        status = os.fstat(handle)
+        problem = untrusted(status, library)
+        if not stat.S_ISREG(status.st_mode):
+            problem = f"{str(library)!r} is not a regular file"
+        if problem:
+            return None, problem
+        by_descriptor = f"/proc/self/fd/{handle}"
+        path = by_descriptor if os.path.exists(by_descriptor) else str(library)
+        return ctypes.CDLL(path), ""
+    except OSError as error:
+        return None, f"{str(library)!r} cannot be loaded ({error})"
+    finally:
+        os.close(handle)
 
 
 @cache
@@ -253,9 +373,11 @@ def _located(directory: Path) -> tuple[Path | None, str]:
 @cache
 def _built(library: Path) -> tuple[Path | None, str]:
     """``library`` compiled (tried once per process), or None and why not."""
-    compiler = _located(library.parent.parent)[1]
+    compiler = _located(cache_dir())[1]
+    problem = private_dir(library.parent)
+    if problem:
+        return None, f"not building there: {problem}"
     try:
-        library.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
             built = Path(scratch) / library.name
             failures = []
@@ -273,6 +395,7 @@ def _built(library: Path) -> tuple[Path | None, str]:
                 failures.append(f"{' '.join(command)} failed: {tail}")
             else:
                 return None, failures[0]
+            built.chmod(0o755)  # (whatever the umask: writable by its owner only)
             os.replace(built, library)  # atomic: concurrent builds are safe
     except (OSError, subprocess.SubprocessError) as err:
         return None, f"building in {library.parent} failed: {err}"

@@ -3,29 +3,42 @@
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
+
+from opt_einsum import get_symbol
 
 from .._errors import EinsliceError
 from ._types import Equation
 
-Label = Hashable  # a character, an int from the interleaved form, or Ellipsis
+Label = (
+    Hashable  # a character, a label of the interleaved form (an int...), or Ellipsis
+)
 Spec = tuple[tuple[tuple[Label, ...], ...], tuple[Label, ...] | None]
 
-_RESERVED = set(",->.")
+# The characters that write the separators: ',' between operands, '->' before
+# the output and '...' for broadcast axes. Every other character is an index
+# (``jnp.einsum`` takes them all: opt_einsum's own symbols run from 'a' to
+# 'Z' and then through Unicode, 'À', ..., '×', ...), and of the whitespace
+# only ' ' is dropped, as opt_einsum drops it: a tab is an index there too.
+_SEPARATORS = frozenset(",->.")
+_SPACE = " "
 
 
 def parse_subscripts(subscripts: str, n_operands: int) -> Spec:
     """Split ``'ij,jk->ik'`` into per-operand label tuples and the output.
 
-    Whitespace is ignored; ``...`` becomes ``Ellipsis``; the output is ``None``
-    when the string has no ``->`` (implicit mode).
+    Spaces are dropped; ``...`` becomes ``Ellipsis``; every character other
+    than ``,``, ``-``, ``>`` and ``.`` is an index, as in ``jnp.einsum``; the
+    output is ``None`` when the string has no ``->`` (implicit mode).
 
     Example:
         >>> parse_subscripts("ij,jk->ik", 2)
         ((('i', 'j'), ('j', 'k')), ('i', 'k'))
+        >>> parse_subscripts("a×,×#", 2)
+        ((('a', '×'), ('×', '#')), None)
     """
-    _check_characters(subscripts)
-    text = "".join(subscripts.split())
+    text = subscripts.replace(_SPACE, "")
     if text.count("->") > 1:
         raise EinsliceError(
             f"subscripts {subscripts!r} contain '->' more than once; write one "
@@ -37,24 +50,15 @@ def parse_subscripts(subscripts: str, n_operands: int) -> Spec:
         raise EinsliceError(
             f"subscripts {subscripts!r} name {len(terms)} operand(s) but "
             f"{n_operands} operand(s) were given; pass one array per "
-            "comma-separated term."
+            "comma-separated term"
+            + (
+                " (',' separates operands: it cannot be an index)."
+                if len(terms) > n_operands
+                else "."
+            )
         )
     output = _parse_term(rhs, subscripts) if arrow else None
     return terms, output
-
-
-def _check_characters(subscripts: str) -> None:
-    """Refuse a character that is no index, separator, arrow, dot or space.
-
-    Indices are letters or digits (as ``jnp.einsum`` takes them).
-    """
-    for position, char in enumerate(subscripts):
-        if not (char.isalnum() or char.isspace() or char in _RESERVED):
-            raise EinsliceError(
-                f"subscripts {subscripts!r} have an illegal character {char!r} at "
-                f"position {position}; indices are letters, '...' stands for "
-                "broadcast axes, ',' separates operands and '->' starts the output."
-            )
 
 
 def _parse_term(term: str, subscripts: str) -> tuple[Label, ...]:
@@ -66,11 +70,12 @@ def _parse_term(term: str, subscripts: str) -> tuple[Label, ...]:
             pos += 3
             continue
         char = term[pos]
-        if char in _RESERVED:
+        if char in _SEPARATORS:
             raise EinsliceError(
                 f"subscripts {subscripts!r} have a stray {char!r} in term "
-                f"{term!r}; indices are letters, '...' stands for broadcast axes, "
-                "',' separates operands and '->' starts the output."
+                f"{term!r}; ',', '-', '>' and '.' cannot be indices (',' "
+                "separates operands, '->' starts the output and '...' stands "
+                "for broadcast axes); any other character can."
             )
         labels.append(char)
         pos += 1
@@ -80,10 +85,18 @@ def _parse_term(term: str, subscripts: str) -> tuple[Label, ...]:
 def parse_interleaved(args: Sequence[object]) -> tuple[list[object], Spec]:
     """Split ``(op0, sublist0, op1, sublist1, ..., [output])`` into operands, spec.
 
+    Labels are what ``jnp.einsum`` takes there: ``Ellipsis`` and any hashable
+    values (ints, usually; strings or floats too). Without an output sublist
+    the output is resolved here, in ``jnp.einsum``'s order
+    (`implicit_interleaved_output`), which needs labels that sort together
+    (``jnp.einsum`` asks that of an explicit output too; einslice does not).
+
     Example:
         >>> ops, spec = parse_interleaved(["A", [0, 1], "B", [1, 2], [0, 2]])
         >>> ops, spec
         (['A', 'B'], (((0, 1), (1, 2)), (0, 2)))
+        >>> parse_interleaved(["A", ["x", "y"], "B", ["y", "z"]])[1][1]
+        ('x', 'z')
     """
     items = list(args)
     output = None
@@ -98,27 +111,79 @@ def parse_interleaved(args: Sequence[object]) -> tuple[list[object], Spec]:
     terms = tuple(
         _sublist(s, f"the sublist of operand {k}") for k, s in enumerate(items[1::2])
     )
+    if output is None:
+        output = implicit_interleaved_output(terms)
     return operands, (terms, output)
 
 
 def _sublist(sublist: object, what: str) -> tuple[Label, ...]:
     if isinstance(sublist, str) or not isinstance(sublist, Sequence):
         raise EinsliceError(
-            f"{what} must be a list of int labels (or Ellipsis), got {sublist!r}; "
+            f"{what} must be a list of labels (ints, or Ellipsis), got {sublist!r}; "
             "the interleaved form is einsum(op0, [0, 1], op1, [1, 2], [0, 2])."
         )
-    labels = []
+    labels: list[Label] = []
     for label in sublist:
-        if label is Ellipsis:
-            labels.append(Ellipsis)
-        elif isinstance(label, int) and not isinstance(label, bool):
-            labels.append(int(label))
-        else:
+        try:
+            hash(label)
+        except TypeError:
             raise EinsliceError(
-                f"{what} has label {label!r}; labels of the interleaved form are "
-                "ints or Ellipsis."
-            )
+                f"{what} has label {label!r}, which is not hashable; labels of "
+                "the interleaved form are ints (or other hashable values that "
+                "sort together) or Ellipsis."
+            ) from None
+        labels.append(label)
     return tuple(labels)
+
+
+def _ranks(terms: tuple[tuple[Label, ...], ...]) -> dict[Label, int]:
+    """Each label's rank among the operands' labels in sorted order.
+
+    ``jnp.einsum`` (opt_einsum's ``convert_interleaved_input``) sorts them to
+    give each a symbol; labels that do not sort together are refused.
+    """
+    distinct = {label for term in terms for label in term if label is not Ellipsis}
+    try:
+        ordered = sorted(distinct)  # pyright: ignore[reportArgumentType, reportCallIssue]
+    except TypeError:
+        shown = ", ".join(sorted({repr(x) for x in distinct}))
+        raise EinsliceError(
+            f"the interleaved form's labels {{{shown}}} do not sort together "
+            "(jnp.einsum orders them to name its indices); use labels of one "
+            "kind, e.g. ints."
+        ) from None
+    return {label: rank for rank, label in enumerate(ordered)}
+
+
+def implicit_interleaved_output(
+    terms: tuple[tuple[Label, ...], ...],
+) -> tuple[Label, ...]:
+    """The output of the interleaved form without one, as ``jnp.einsum`` has it.
+
+    ``...`` first when an operand has it, then the labels used once, in the
+    order of the symbols opt_einsum gives them: the label of rank ``r`` is
+    ``get_symbol(r)`` ('a'..'z', 'A'..'Z', then Unicode), and the implicit
+    output sorts those characters, so ranks 26 to 51 come before ranks 0 to 25.
+
+    Example:
+        >>> implicit_interleaved_output(((0, 1), (1, 2)))
+        (0, 2)
+        >>> implicit_interleaved_output((tuple(range(28)),))[:4]  # 'A', 'B', 'a', 'b'
+        (26, 27, 0, 1)
+    """
+    ranks = _ranks(terms)
+    counts: dict[Label, int] = {}
+    for term in terms:
+        for label in term:
+            if label is not Ellipsis:
+                counts[label] = counts.get(label, 0) + 1
+    singles = sorted(
+        (label for label, count in counts.items() if count == 1),
+        key=lambda label: get_symbol(ranks[label]),
+    )
+    ellipsis = any(label is Ellipsis for term in terms for label in term)
+    broadcast: tuple[Label, ...] = (Ellipsis,) if ellipsis else ()
+    return (*broadcast, *singles)
 
 
 @lru_cache(maxsize=4096)
@@ -133,7 +198,7 @@ def build_equation(spec: Spec, shapes: tuple[tuple[int, ...], ...]) -> Equation:
     """
     in_terms, out_term = spec
     n_ellipsis = _ellipsis_rank(in_terms, shapes)
-    ellipsis_labels = [("...", d) for d in range(n_ellipsis)]
+    ellipsis_labels = [_Broadcast(d) for d in range(n_ellipsis)]
     expanded = _expand_ellipses(in_terms, shapes, ellipsis_labels)
     if out_term is None:
         output = _implicit_output(expanded, ellipsis_labels)
@@ -176,16 +241,27 @@ def _ellipsis_rank(
                 raise EinsliceError(
                     f"operand {k} has {len(shape)} axes (shape {shape}) but term "
                     f"{_show(term)!r} names {len(explicit)}; the term needs at most "
-                    "as many indices as the operand has axes."
+                    "as many indices as the operand has axes." + _blank_note(term)
                 )
             n_ellipsis = max(n_ellipsis, rank)
         elif len(explicit) != len(shape):
             raise EinsliceError(
                 f"operand {k} has {len(shape)} axes (shape {shape}) but term "
                 f"{_show(term)!r} names {len(explicit)}; give one index per axis, "
-                "or '...' for the rest."
+                "or '...' for the rest." + _blank_note(term)
             )
     return n_ellipsis
+
+
+def _blank_note(term: tuple[Label, ...]) -> str:
+    """A hint for a term whose count went wrong on whitespace that is an index."""
+    blanks = sorted({x for x in term if isinstance(x, str) and x.isspace()})
+    if not blanks:
+        return ""
+    return (
+        f" Whitespace other than ' ' is an index, as in jnp.einsum: this term's "
+        f"{', '.join(map(repr, blanks))} too."
+    )
 
 
 def _expand_ellipses(
@@ -211,13 +287,18 @@ def _expand_ellipses(
 def _implicit_output(
     expanded: list[list[Label]], ellipsis_labels: Sequence[Label]
 ) -> list[Label]:
-    """The output of implicit mode: broadcast axes, then once-used indices sorted."""
+    """The string form's implicit output: broadcast axes, then once-used indices.
+
+    Those are sorted by their characters, as ``jnp.einsum`` sorts them (code
+    point order: 'B' < 'a' < '×'). The interleaved form's own order is
+    resolved when it is parsed (`implicit_interleaved_output`).
+    """
     counts: dict[Label, int] = {}
     for row in expanded:
         for label in row:
             counts[label] = counts.get(label, 0) + 1
     singles = [
-        lab for lab, c in counts.items() if c == 1 and not isinstance(lab, tuple)
+        lab for lab, c in counts.items() if c == 1 and not isinstance(lab, _Broadcast)
     ]
     return [*ellipsis_labels, *sorted(singles, key=_sort_key)]
 
@@ -313,9 +394,20 @@ def _sort_key(label: Label) -> tuple[int, str | int]:
     return (0, label) if isinstance(label, int) else (1, str(label))
 
 
+@dataclass(frozen=True)
+class _Broadcast:
+    """The label of the ``axis``-th broadcast axis that ``...`` stands for.
+
+    A class of its own, so that no label of the interleaved form (a tuple,
+    say) can be taken for it.
+    """
+
+    axis: int
+
+
 def _name(label: Label) -> str:
-    if isinstance(label, tuple):
-        return f"…{label[1]}"
+    if isinstance(label, _Broadcast):
+        return f"…{label.axis}"
     return str(label)
 
 

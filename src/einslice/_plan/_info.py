@@ -36,7 +36,7 @@ def _summary(plan: Plan) -> list[str]:
     """The equation, its sizes, FLOPs against the naive count, and memory."""
     eq = plan.equation
     shown = ", ".join(
-        f"{eq.names[i]}={s}"
+        f"{eq.index_name(i)}={s}"
         for i, s in enumerate(eq.sizes)
         if i in set().union(*eq.terms)
     )
@@ -92,14 +92,14 @@ def _slicing(plan: Plan) -> list[str]:
     sizes = eq.sizes
     if plan.chunks:
         sliced = ", ".join(
-            f"{eq.names[i]}: chunk {c} of {sizes[i]} ({-(-sizes[i] // c)} chunks)"
+            f"{eq.index_name(i)}: chunk {c} of {sizes[i]} ({-(-sizes[i] // c)} chunks)"
             for i, c in plan.chunks
         )
         lines = [f"    Sliced: {sliced}; {plan.n_chunks} chunks in one lax.scan"]
     else:
         lines = ["    Sliced: nothing (one pass, no loop)"]
     if plan.tangent_chunks != plan.chunks:
-        tangent = ", ".join(f"{eq.names[i]}: {c}" for i, c in plan.tangent_chunks)
+        tangent = ", ".join(f"{eq.index_name(i)}: {c}" for i, c in plan.tangent_chunks)
         lines.append(
             f"  Gradient: chunks {{{tangent or 'none'}}}, predicted peak "
             f"{format_bytes(plan.tangent_cost.peak_bytes)}"
@@ -138,7 +138,7 @@ def candidate_label(plan: Plan) -> str:
         'path [(0, 1)], unsliced'
     """
     eq = plan.equation
-    sliced = ", ".join(f"{eq.names[i]}={c}" for i, c in plan.chunks)
+    sliced = ", ".join(f"{eq.index_name(i)}={c}" for i, c in plan.chunks)
     label = f"path {list(plan.path)}, {f'sliced {sliced}' if sliced else 'unsliced'}"
     return label + executor_facts(plan.executor).label
 
@@ -190,7 +190,7 @@ def _devices(plan: Plan) -> list[str]:
         local = shard_plan(plan)
         blocks = plan.sharded in eq.output
         work = "computes its own output block" if blocks else "contracts its own shard"
-        name, size = eq.names[plan.sharded], eq.sizes[plan.sharded]
+        name, size = eq.index_name(plan.sharded), eq.sizes[plan.sharded]
         counts = [
             summed_chunk_count(local.equation.sizes, eq.output, dict(chunks))
             for chunks in (local.chunks, local.tangent_chunks)

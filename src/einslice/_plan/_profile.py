@@ -16,6 +16,8 @@ import json
 import math
 from dataclasses import MISSING, asdict, dataclass, fields, replace
 
+from ._cachedir import parse_json
+
 
 @dataclass(frozen=True, slots=True)
 class Profile:
@@ -202,7 +204,7 @@ class Profile:
             >>> back.compile_step_seconds == TPU_DEFAULT.compile_step_seconds
             True
         """
-        data = json.loads(text)
+        data = parse_json(text)
         if not isinstance(data, dict):
             raise ValueError(f"a profile is a JSON object, not {type(data).__name__}")
         if defaults is not None:

@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, cast
 from .._errors import EinsliceError
 from . import _elimination as elimination
 from . import _kahypar as kahypar
-from ._cachedir import CacheWarning, cache_dir, write_atomic
+from ._cachedir import CacheWarning, cache_dir, read_json, write_atomic
 from ._cost import Body, cached_cost, chunked_sizes, evaluate, ranking
 from ._order import cached_steps, label_indices, labelled, to_steps
 from ._profile import CPU_DEFAULT, Profile
@@ -438,13 +438,11 @@ def _digest(key: tuple) -> str:
 def _load(file, n_terms: int, n_indices: int) -> Found | None:
     """The tree stored in ``file``, if there is one and it fits the network."""
     try:
-        text = file.read_text()
-    except OSError:
-        return None
-    try:
-        found = _from_json(json.loads(text))
+        found = _from_json(read_json(file))  # pyright: ignore[reportArgumentType]
         _check_found(found, n_terms, n_indices)
-    except (ValueError, KeyError, TypeError, AttributeError) as error:
+    except OSError:  # (none stored, or unreadable: searched and stored again)
+        return None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as error:
         warnings.warn(
             f"ignoring the corrupt search-tree cache file {str(file)!r} ({error}); "
             "the tree is searched again and the file rewritten.",

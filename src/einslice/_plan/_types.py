@@ -6,7 +6,7 @@ is data, and execution is a plain walk over it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from math import prod
 from typing import Any, Protocol, TypeVar
@@ -50,11 +50,17 @@ class Equation:
     shapes: tuple[tuple[int, ...], ...]
 
     def term_text(self, term: tuple[int, ...]) -> str:
-        """Show a term as people wrote it, e.g. ``'ij'``."""
-        return "".join(
-            self.names[i] if len(self.names[i]) == 1 else f"[{self.names[i]}]"
-            for i in term
-        )
+        r"""Show a term as people wrote it, e.g. ``'ij'``.
+
+        A name of one printable character stands as it is (``'a×#'``); any
+        other in brackets, escaped when it does not print (``'[12][\t]'``).
+        """
+        return "".join(_name_text(self.names[i]) for i in term)
+
+    def index_name(self, index: int) -> str:
+        r"""Index ``index``'s name, escaped where it does not print (``'\t'``)."""
+        name = self.names[index]
+        return name if name.isprintable() else repr(name)[1:-1]
 
     def text(self) -> str:
         """The equation as a string, e.g. ``'ij,jk->ik'``."""
@@ -64,6 +70,13 @@ class Equation:
     def brief(self) -> str:
         """The equation quoted for a message, cut when long (see `brief`)."""
         return brief(self.text(), len(self.terms))
+
+
+def _name_text(name: str) -> str:
+    """An index's name as `Equation.term_text` shows it."""
+    if len(name) == 1 and name.isprintable():
+        return name
+    return f"[{name if name.isprintable() else repr(name)[1:-1]}]"
 
 
 # Messages quote at most this many characters of an equation.
@@ -217,13 +230,17 @@ class Steps:
         return self.prepared + tuple(step.result for step in self.steps)
 
     def walk_steps(
-        self, prepared: Sequence[T], contract: Contract[T]
+        self, prepared: Iterable[T], contract: Contract[T]
     ) -> tuple[T, tuple[int, ...]]:
         """Run every step with ``contract``; the last node and its indices.
 
         The executors (JAX's and the host's numpy walk) differ only in how
         one step contracts: ``contract(step, left, left_term, right,
-        right_term)``. Nodes are indexed as `node_terms` says.
+        right_term)``. Nodes are indexed as `node_terms` says. Each node is
+        the side of one step only, and is let go once that step has run:
+        the host walk's memory is then the nodes alive at once, not all of
+        them (pass the prepared operands as an iterator, or a list no one
+        else holds, for them to go too).
 
         Example:
             >>> import einslice
@@ -233,14 +250,20 @@ class Steps:
             >>> p.walk_steps(["A", "B", "C"], paren)  # operand order: the layout's
             ('((BA)C)', (0, 3))
         """
-        nodes = list(prepared)
+        nodes: list[T | None] = list(prepared)
+        del prepared
         terms = self.node_terms()
         for step in self.steps:
             left, right = nodes[step.left], nodes[step.right]
+            assert left is not None and right is not None  # Why: each used once
+            nodes[step.left] = nodes[step.right] = None
             nodes.append(
                 contract(step, left, terms[step.left], right, terms[step.right])
             )
-        return nodes[-1], terms[len(nodes) - 1]
+            del left, right
+        last = nodes[-1]
+        assert last is not None  # Why: the root is no step's side
+        return last, terms[len(nodes) - 1]
 
 
 # weakref_slot: jax.jit(plan) keeps a weak reference to the function it wraps.
@@ -432,7 +455,7 @@ class HostWalk(Steps):
     once in numpy, where making a plan (laying out each step for
     ``dot_general``, costing the forward and derivative passes) would cost
     more than the walk: one device, nothing sliced. ``peak_bytes`` bounds
-    the walk's temporary memory (every node alive at once).
+    the walk's memory (``_walk.walk_peak_bytes``, and the operands).
 
     Example:
         >>> from einslice._plan._equation import build_equation, parse_subscripts

@@ -20,7 +20,14 @@ from importlib import metadata
 from pathlib import Path
 
 from .._errors import EinsliceError
-from ._cachedir import CacheWarning, cache_dir, locked, warn_unwritable, write_atomic
+from ._cachedir import (
+    CacheWarning,
+    cache_dir,
+    locked,
+    read_json,
+    warn_unwritable,
+    write_atomic,
+)
 
 FORMAT = 1
 _ENTRY_FIELDS = {"path", "chunks", "lowering", "labels", "seconds", "chosen"}
@@ -177,7 +184,7 @@ _UNREADABLE = object()  # what _read gives for a file it cannot read
 
 def _read(path: Path, where: str) -> object:
     try:
-        return json.loads(path.read_text())
+        return read_json(path)
     except (OSError, ValueError) as error:
         _ignore(where, f"it cannot be read ({error})")
         return _UNREADABLE
