@@ -21,6 +21,8 @@ growth off's plus 50 ms.
 Usage:
     python benchmarks/latency.py [--seconds 60] [--rounds 1]
         [--network randreg-50-4] [--out benchmarks/results/latency.md]
+    python benchmarks/latency.py --save net.json   # on a machine with the generators
+    python benchmarks/latency.py --load net.json   # on one without them
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ def _network(name: str):
     import importlib
 
     import networks as nw
+
+    if name.endswith(".json"):  # (saved by --save)
+        saved = json.loads(Path(name).read_text())
+        network = nw.Network(
+            saved["name"],
+            "randreg",
+            [tuple(t) for t in saved["terms"]],
+            tuple(saved["output"]),
+            saved["sizes"],
+        )
+        return nw.with_arrays(network)
 
     # Any: some generators are defined as raisers when an extra is missing
     gen: Any = importlib.import_module("einsum_benchmark.generators")
@@ -184,20 +197,28 @@ def main() -> int:
     parser.add_argument("--network", default="randreg-50-4", choices=NETWORKS)
     parser.add_argument("--only", choices=("on", "off"))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--save", type=Path, help="write the network as JSON, exit")
+    parser.add_argument("--load", type=Path, help="the network from --save's JSON")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child, args.seconds)))
         return 0
+    if args.save:
+        network = _network(args.network)
+        fields = ("name", "terms", "output", "sizes")
+        args.save.write_text(json.dumps({k: getattr(network, k) for k in fields}))
+        return 0
+    name = str(args.load.resolve()) if args.load else args.network
     runs = []
     for _ in range(args.rounds):
         for grow in (False, True):
             if args.only and args.only != ("on" if grow else "off"):
                 continue
-            runs.append((grow, _run_child(args.network, args.seconds, grow)))
+            runs.append((grow, _run_child(name, args.seconds, grow)))
             print(json.dumps(runs[-1]), flush=True)
     command = "python benchmarks/latency.py " + " ".join(sys.argv[1:])
-    text = report(args.network, args.seconds, runs, command)
+    text = report(Path(name).stem, args.seconds, runs, command)
     print(text)
     if args.out:
         args.out.write_text(text)
