@@ -88,11 +88,15 @@ GROW_TIME_WITHIN = 2.0
 # round; the median is kept.
 GROW_TIMED_CALLS = 5
 # The runner takes a timed plan only when its median is at least this
-# fraction below the held plan's. Below it, medians of 5 interleaved calls
-# differ by noise (a 50-tensor random regular graph, 0.45 ms a call, 2
-# cores: 2-4% between programs of the same plan): a hair's win switched trees
-# (changing the rounding) and restarted growth for nothing. The compile is
-# spent by then (the timing compiled it), so any real gain above it pays.
+# fraction below the held plan's: a hair's win is noise, which would switch
+# trees (changing the rounding) and restart growth for nothing. On a
+# 50-tensor random regular graph (1.3-2.4 ms a call on 2 quiet cores,
+# benchmarks/results/latency.md) a growth timed a candidate 0.7% faster
+# (1.786 vs 1.799 ms), which reset the count of fruitless growths: growth
+# went on. The held plan's median moved by 35% between two trials a few
+# seconds apart (1.76, 2.37 ms): interleaving makes the ratio steadier than
+# that, but a margin much below 5% would be luck.
+# The compile is spent by then (the timing compiled it): any real gain pays.
 GROW_MIN_GAIN = 0.05
 _OFF = ("0", "false", "no", "off")
 

@@ -235,7 +235,9 @@ class _TopLevelRun:
         self.host_budget = host_first_seconds(
             p, on_device=jax.default_backend() != "cpu"
         )
-        self.stage = _Stage(p, first, self.host_budget > 0, optimized)
+        # (calls check the rest: `_host_call`)
+        host = self.host_budget > 0 and EXECUTORS["host"].runs(p)
+        self.stage = _Stage(p, first, host, optimized)
         self.calls = 0  # compiled calls
         self.top_calls = 0  # every call, host or compiled (growth counts them)
         self.host_spent = 0.0
@@ -498,9 +500,10 @@ def running_plan(p: Plan) -> Plan:
 
     A plan from the large-network search under ``optimize="auto"`` may be
     replaced by the plan of a longer search once it has been called often
-    enough (docs/search.md, "Growing with use"); ``p`` itself never
-    changes, and calls inside ``jax.jit``, ``grad`` or ``vmap`` always run
-    it. ``EINSLICE_GROW=0`` turns growth off.
+    enough (searched and compiled in the background, timed on its calls,
+    swapped in between two calls: docs/search.md, "Growing with use");
+    ``p`` itself never changes, and calls inside ``jax.jit``, ``grad`` or
+    ``vmap`` always run it. ``EINSLICE_GROW=0`` turns growth off.
 
     Example:
         >>> import einslice
