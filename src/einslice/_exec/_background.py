@@ -108,7 +108,9 @@ def drain(timeout: float | None = None) -> bool:
 def jax_work(run: Callable[[], T]) -> T:
     """``run()`` (which calls JAX), unless the interpreter is exiting (`Exiting`).
 
-    The exit hook waits for a ``run`` under way: see the module's docstring.
+    A job makes every JAX call through here: the exit hook waits for a
+    ``run`` under way and interrupts a job only outside one, so that `_Stop`
+    never lands inside JAX (holding its locks, say).
     """
     global _in_jax
     with _state:

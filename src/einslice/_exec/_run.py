@@ -231,7 +231,7 @@ class _TopLevelRun:
 
     def __init__(self, p: Plan) -> None:
         first = _jitted(compile_options(p))
-        optimized = first is _jitted(compile_options(p, optimized=True))
+        optimized = first is _optimized(p)
         self.host_budget = host_first_seconds(
             p, on_device=jax.default_backend() != "cpu"
         )
@@ -341,7 +341,7 @@ class _TopLevelRun:
     def _optimize(self, config: Config, args: tuple) -> None:
         """Compile the optimized program (`OPTIMIZE_AFTER_CALLS`), then run it."""
         stage = self.stage
-        later = _jitted(compile_options(stage.plan, optimized=True))
+        later = _background.jax_work(lambda: _optimized(stage.plan))
         try:
             _compiled(later, stage.plan, config, args)
         except _background.Exiting:
@@ -367,7 +367,7 @@ class _TopLevelRun:
             new, other = _grow.grown_plans(self.request, budget, calls)
             seconds = time.perf_counter() - start
             plans = [held, *_grow.contenders(held, (new, other), spent, self.tried)]
-            programs = [_jitted(compile_options(q, optimized=True)) for q in plans]
+            programs = _background.jax_work(lambda: [_optimized(q) for q in plans])
             compiled = ()
             if len(plans) > 1:  # (else nothing new to time: a fruitless growth)
                 compiled = tuple(
@@ -427,6 +427,11 @@ class _TopLevelRun:
         more = _grow.grows_again(growth, self.fruitless, self.plan, spent)
         self.grow_at = 2 * spent if more else None
         self.growths.append(growth)
+
+
+def _optimized(p: Plan) -> Callable:
+    """``p``'s optimized program (jitted; compiled on its first call)."""
+    return _jitted(compile_options(p, optimized=True))
 
 
 def _compiled(program: Callable, plan: Plan, config: Config, args: tuple) -> float:
