@@ -47,7 +47,7 @@ def early(monkeypatch):
     monkeypatch.delenv("EINSLICE_GROW", raising=False)
     _run._top_level_run.cache_clear()
     yield
-    assert _background.drain(60)  # (no background work outlives the patches)
+    assert _background.wait(60)  # (no background work outlives the patches)
     _run._top_level_run.cache_clear()
 
 
@@ -361,3 +361,25 @@ def test_calls_from_four_threads_during_a_switch_stay_exact(early, monkeypatch):
     assert len(results) >= 4 * after + 2 * (1 + _grow.GROW_TIMED_CALLS)
     np.testing.assert_allclose(results, expected, rtol=1e-12)
     assert len(timed_by) > 1  # the trial's calls came from several threads
+
+
+def test_with_the_background_off_the_call_that_finds_growth_due_runs_it(
+    early, monkeypatch
+):
+    monkeypatch.setenv("EINSLICE_BACKGROUND", "0")
+    args, ops = _ring()
+    p = einslice.plan(*args)
+    cheaper = _cheaper(p, args)
+    monkeypatch.setattr(_grow, "grown_plans", lambda *a: (cheaper, None))
+    monkeypatch.setattr(_grow, "timed_call", _timings({p: 1.0, cheaper: 0.01}))
+    monkeypatch.setattr(_grow, "compile_seconds", lambda plan: 0.0)
+    runner = _run._top_level_run(p)
+    for _ in range(_grow.PLAN_RUNS):
+        p(*ops)
+    trial = runner.stage.trial  # searched and compiled by that call, no settle
+    assert trial is not None and trial.plans == (p, cheaper)
+    assert not runner.busy.locked()
+    expected = _reference(ops)
+    while runner.stage.trial is not None:
+        np.testing.assert_allclose(float(p(*ops)), expected, rtol=1e-12)
+    assert einslice.running_plan(p) is cheaper

@@ -201,10 +201,12 @@ class _TopLevelRun:
     walk, the compile-time program, the held plan), and the runner swaps in
     the result whole (a `_Stage`) between two calls. Only calls that ask for
     a program not compiled yet compile on the call path: the first
-    compiled call of a plan that has no host walk (a GPU, integers, a
-    precision the walk does not match), or operands of another kind. Calls
-    from several threads stay exact: each reads one stage. `settle` waits
-    for the background work.
+    compiled call of a plan that has no host walk (a short plan, one whose
+    walk does not pay, integers, a precision the walk does not match), or
+    operands of another kind. Calls from several threads stay exact: each
+    reads one stage. `settle` waits for the background work;
+    ``EINSLICE_BACKGROUND=0`` runs it on the call that finds it due
+    (`_background.enabled`).
 
     **Growth** (ski rental on the tree search; rules and constants in
     ``_grow``). A plan whose tree came from the large-network search under
