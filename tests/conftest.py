@@ -67,7 +67,7 @@ def _background_work_ends_with_its_test():
     yield
     from einslice._exec import _background
 
-    assert _background.wait(300), "einslice's background work did not end"
+    assert _background.drain(300), "einslice's background work did not end"
 
 
 # Tests of more than a few seconds each on 2 cores (pytest --durations, summed

@@ -86,5 +86,5 @@ def test_jobs_run_in_order_and_one_that_fails_does_not_stop_the_next():
     _background.submit(lambda: ran.append(1))
     _background.submit(lambda: 1 / 0)
     _background.submit(lambda: ran.append(threading.current_thread().name))
-    assert _background.wait(60)
+    assert _background.drain(60)
     assert ran == [1, "einslice-background"]

@@ -47,7 +47,7 @@ def early(monkeypatch):
     monkeypatch.delenv("EINSLICE_GROW", raising=False)
     _run._top_level_run.cache_clear()
     yield
-    assert _background.wait(60)  # (no background work outlives the patches)
+    assert _background.drain(60)  # (no background work outlives the patches)
     _run._top_level_run.cache_clear()
 
 

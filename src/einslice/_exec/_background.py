@@ -8,7 +8,7 @@ between two calls.
 
 The interface, for any such work: `submit` a job (it runs after the jobs
 before it; it stores its own result where the calls pick it up, one
-attribute assignment, atomic under the GIL); `wait` for the jobs so far
+attribute assignment, atomic under the GIL); `drain`: wait for the jobs so far
 (tests, benchmarks); `jax_work` around every JAX call of a job (see Exit).
 ``EINSLICE_BACKGROUND=0`` (`enabled`) runs each job at once on the thread
 that submits it, a call then waiting for it as it did before this thread
@@ -118,11 +118,11 @@ def submit(job: Callable[[], object]) -> None:
         _jobs.put(job)
 
 
-def wait(timeout: float | None = None) -> bool:
+def drain(timeout: float | None = None) -> bool:
     """Wait until the jobs submitted so far have run; whether they did in time.
 
     Example:
-        >>> wait(10)
+        >>> drain(10)
         True
     """
     if _thread is None:  # (nothing was ever submitted)
