@@ -22,7 +22,7 @@ from .._errors import EinsliceError
 from .._plan._planner import grown_request
 from .._plan._types import Plan, register_runner
 from . import _background, _grow
-from ._choose import host_first_seconds
+from ._choose import Later, host_first_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, executor_of
 from ._grow import Growth, Trial
@@ -352,6 +352,17 @@ class _TopLevelRun:
             pass
         self.stage = dataclasses.replace(self.stage, program=later, optimized=True)
 
+    def adopt(self, chosen: Plan, config: Config, args: tuple) -> None:
+        """Run ``chosen`` from the next call on (tuning's winner, `tune_later`).
+
+        Called on the background thread: ``chosen``'s optimized program is
+        compiled there first, then swapped in whole, so that no call waits
+        for it.
+        """
+        program = _background.jax_work(lambda: _optimized(chosen))
+        _compiled(program, chosen, config, args)
+        self.stage = _Stage(chosen, program, False, True)
+
     def _grow(self, calls: int, spent: float, config: Config, args: tuple) -> None:
         """Search with the budget of ``calls``; compile what may be faster.
 
@@ -475,6 +486,44 @@ def settle(p: Plan, timeout: float | None = None) -> bool:
         return False
     busy.release()
     return True
+
+
+def tune_later(best: Plan, config: Config, args: Sequence) -> Later:
+    """What takes ``tune="auto"``'s measurement of ``best``'s call off the call path.
+
+    The measurement runs on the background thread (``_background``); when
+    it picks another plan than ``best``, that plan is compiled there and
+    ``best``'s calls outside a trace run it from then on
+    (`_TopLevelRun.adopt`); the choice is remembered as wisdom either way.
+    A measurement stopped by the process's exit changes nothing; one that
+    fails warns.
+    """
+
+    def later(measure: Callable[[], Plan]) -> None:
+        def job() -> None:
+            try:
+                chosen = measure()
+                if chosen != best:
+                    _top_level_run(best).adopt(chosen, config, tuple(args))
+            except _background.Exiting:
+                pass
+            except Exception as error:  # (no call may fail for it)
+                try:
+                    warnings.warn(
+                        f"einslice: measuring the candidate plans failed "
+                        f"({error!r}); calls keep the estimate's plan.",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
+                except Warning:  # (a filter that raises: dropped)
+                    pass
+
+        try:
+            _background.submit(job)
+        except RuntimeError:  # (no new work while the interpreter exits)
+            pass
+
+    return later
 
 
 def _host_call(p: Plan, config: Config, operands) -> bool:
