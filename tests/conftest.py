@@ -57,6 +57,19 @@ def _private_cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("EINSLICE_CACHE_DIR", str(tmp_path / "einslice-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _background_work_ends_with_its_test():
+    """A runner's background work ends with the test that started it.
+
+    (``_exec._background``: the compile that ends a host walk, the optimized
+    recompile, growth): none sees the next test's patches or cache directory.
+    """
+    yield
+    from einslice._exec import _background
+
+    assert _background.drain(300), "einslice's background work did not end"
+
+
 # Tests of more than a few seconds each on 2 cores (pytest --durations, summed
 # over parameters): the README's command skips them (`-m "not slow"`), .ci/run
 # runs them. Listed here, by test function, rather than decorated one by one,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import jax
@@ -23,6 +24,35 @@ def _cheap_chain(n_matrices: int = 40):
     return [*args, [0, n_matrices]], ops
 
 
+def _spy(monkeypatch, p):
+    """A fresh runner for ``p``, and the roads its calls take: host, first, later.
+
+    Only calls on this thread are recorded: the background thread's compile
+    runs a program too.
+    """
+    used = []
+    jitted, host = _run._jitted, _run.EXECUTORS["host"]
+    optimized = _run.compile_options(p, optimized=True)
+    wrappers = {}
+
+    def record(name):
+        if threading.current_thread() is threading.main_thread():
+            used.append(name)
+
+    def spying(options):
+        name = "later" if options == optimized else "first"
+        if name not in wrappers:
+            program = jitted(options)
+            wrappers[name] = lambda *a: record(name) or program(*a)
+        return wrappers[name]
+
+    monkeypatch.setattr(_run, "_jitted", spying)
+    spied = replace(host, run=lambda *a: record("host") or host.run(*a))
+    monkeypatch.setitem(_run.EXECUTORS, "host", spied)
+    _run._top_level_run.cache_clear()
+    return _run._top_level_run(p), used
+
+
 @pytest.mark.cpu  # the CPU's compile options (XLA:CPU flags)
 def test_a_cheap_plan_is_optimized_from_its_hundredth_call(monkeypatch):
     args, ops = _cheap_chain()
@@ -31,16 +61,16 @@ def test_a_cheap_plan_is_optimized_from_its_hundredth_call(monkeypatch):
     assert _run.compile_options(p) == _run.supported_options(_run.CHEAP_COMPILE)
     assert _run.compile_options(p, optimized=True) != _run.compile_options(p)
     monkeypatch.setattr(_run, "OPTIMIZE_AFTER_CALLS", 3)
-    _run._top_level_run.cache_clear()
-    runner = _run._top_level_run(p)
-    runner.host_budget = 0.0  # (the host phase before it: tests below)
-    used = []
-    first, later = runner.first, runner.later
-    monkeypatch.setattr(runner, "first", lambda *a: used.append("first") or first(*a))
-    monkeypatch.setattr(runner, "later", lambda *a: used.append("later") or later(*a))
+    runner, used = _spy(monkeypatch, p)
+    runner.stage = replace(runner.stage, host=False)  # (the host phase: below)
     expected = np.linalg.multi_dot(ops)
-    results = [np.asarray(p(*ops)) for _ in range(4)]
-    assert used == ["first", "first", "later", "later"]
+    results = [np.asarray(p(*ops)) for _ in range(3)]
+    # the third call runs the compile-time program while the optimized one
+    # compiles in the background; the calls after it run that one
+    assert used == ["first", "first", "first"] and not runner.steady
+    assert _run.settle(p, 60) and runner.steady
+    results += [np.asarray(p(*ops)) for _ in range(2)]
+    assert used == ["first", "first", "first", "later", "later"]
     for got in results:
         np.testing.assert_allclose(got, expected, rtol=1e-10)
 
@@ -48,19 +78,7 @@ def test_a_cheap_plan_is_optimized_from_its_hundredth_call(monkeypatch):
 def test_a_plan_that_is_not_cheap_keeps_one_program():
     p = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
     assert not _run.cheap_to_run(p)
-    runner = _run._top_level_run(p)
-    assert runner.first is runner.later
-
-
-def _spy(monkeypatch, runner):
-    """Record which road each call of ``runner`` takes: host, first or later."""
-    used = []
-    first, later, host = runner.first, runner.later, _run.EXECUTORS["host"]
-    monkeypatch.setattr(runner, "first", lambda *a: used.append("first") or first(*a))
-    monkeypatch.setattr(runner, "later", lambda *a: used.append("later") or later(*a))
-    spied = replace(host, run=lambda *a: used.append("host") or host.run(*a))
-    monkeypatch.setitem(_run.EXECUTORS, "host", spied)
-    return used
+    assert _run._top_level_run(p).stage.optimized
 
 
 def test_a_many_step_plan_runs_on_the_host_until_that_has_cost_a_compile(
@@ -68,18 +86,20 @@ def test_a_many_step_plan_runs_on_the_host_until_that_has_cost_a_compile(
 ):
     args, ops = _cheap_chain()
     p = einslice.plan(*args)
-    _run._top_level_run.cache_clear()
-    runner = _run._top_level_run(p)
+    runner, used = _spy(monkeypatch, p)
     assert runner.host_budget == pytest.approx(_executors.compile_seconds(p))
-    used = _spy(monkeypatch, runner)
     expected = np.linalg.multi_dot(ops)
     got = p(*ops)
     assert used == ["host"] and isinstance(got, jax.Array)
     assert got.dtype == jnp.result_type(*ops) and not runner.steady
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
     runner.host_spent = runner.host_budget  # as if the host runs had cost that
+    got = p(*ops)  # on the host still: the program compiles in the background
+    assert used == ["host", "host"]
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
+    assert _run.settle(p, 60)
     got = p(*ops)
-    assert used == ["host", "first"]
+    assert used == ["host", "host", "first"]
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
 
 
@@ -95,8 +115,7 @@ def test_a_many_step_plan_runs_on_the_host_until_that_has_cost_a_compile(
 def test_a_call_the_host_walk_cannot_match_is_compiled(monkeypatch, call):
     args, ops = _cheap_chain()
     p = einslice.plan(*args)
-    _run._top_level_run.cache_clear()
-    used = _spy(monkeypatch, _run._top_level_run(p))
+    _, used = _spy(monkeypatch, p)
     got = call(p, ops)
     assert "host" not in used
     np.testing.assert_allclose(np.asarray(got), np.linalg.multi_dot(ops), rtol=1e-10)
@@ -107,8 +126,7 @@ def test_an_integer_plan_is_compiled(monkeypatch):
     ints = [np.ones((3, 3), np.int32) for _ in ops]
     args[: 2 * len(ops) : 2] = ints
     p = einslice.plan(*args)
-    _run._top_level_run.cache_clear()
-    used = _spy(monkeypatch, _run._top_level_run(p))
+    _, used = _spy(monkeypatch, p)
     got = p(*ints)
     assert "host" not in used and got.dtype == jnp.int32
     # (XLA's int32 wraps around, as jnp.einsum's does)

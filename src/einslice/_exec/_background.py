@@ -6,6 +6,14 @@ recompile, growth searches and the compiles of the plans they found. Calls
 go on meanwhile with what the runner holds; the runner swaps in the result
 between two calls.
 
+The interface, for any such work: `submit` a job (it runs after the jobs
+before it; it stores its own result where the calls pick it up, one
+attribute assignment, atomic under the GIL); `drain`: wait for the jobs so far
+(tests, benchmarks); `jax_work` around every JAX call of a job (see Exit).
+``EINSLICE_BACKGROUND=0`` (`enabled`) runs each job at once on the thread
+that submits it, a call then waiting for it as it did before this thread
+existed (for debugging, or where threads are unwelcome).
+
 - **One thread, one job at a time, first come first served.** On a machine
   of two cores one job beside the user's calls is what it affords; a second
   would take the user's core.
@@ -52,6 +60,7 @@ T = TypeVar("T")
 # core (weights 1024 vs 110), while the background still progresses on an
 # idle machine as fast as at 0.
 NICE = 10
+_OFF = ("0", "false", "no", "off")
 
 
 class Exiting(Exception):
@@ -71,14 +80,32 @@ _in_jax = 0  # JAX calls under way in the job (0 or 1)
 _hooked = False  # the exit hook is registered
 
 
+def enabled() -> bool:
+    """Whether jobs run on the background thread (``EINSLICE_BACKGROUND``).
+
+    Example:
+        >>> import os
+        >>> enabled() == (os.environ.get("EINSLICE_BACKGROUND", "1") != "0")
+        True
+    """
+    return os.environ.get("EINSLICE_BACKGROUND", "1").strip().lower() not in _OFF
+
+
 def submit(job: Callable[[], object]) -> None:
     """Run ``job()`` on the background thread, after the jobs before it.
 
     ``job`` handles its own errors: one that escapes is dropped, so that the
     thread lives on (a runner's job records and warns; `_run` does).
-    RuntimeError while the interpreter exits.
+    RuntimeError while the interpreter exits. Not `enabled`: ``job()`` runs
+    here and now.
     """
     global _thread, _hooked
+    if not enabled():
+        try:
+            job()
+        except Exception:  # (dropped, as on the thread)
+            pass
+        return
     with _state:
         if _exiting:
             raise RuntimeError("einslice: no background work at exit")

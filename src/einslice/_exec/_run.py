@@ -7,35 +7,25 @@ importing the public entry points (no import cycle through ``_api``).
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
-import statistics
 import threading
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from functools import cache, lru_cache
+from functools import cache, lru_cache, partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import core, lax
 
-from .._errors import EinsliceError, MemoryLimitError
-from .._plan._planner import grown_request, make_plan, runner_up_request
-from .._plan._request import PlanRequest
-from .._plan._search import (
-    PLAN_RUNS,
-    REFERENCE_TRIAL_COST_PER_TENSOR,
-    TRIAL_COST_PER_TENSOR,
-    TreeSearch,
-    least_search_cost,
-)
+from .._errors import EinsliceError
+from .._plan._planner import grown_request
 from .._plan._types import Plan, register_runner
-from . import _background
+from . import _background, _grow
 from ._choose import Later, host_first_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
-from ._executors import EXECUTORS, compile_seconds, executor_of
+from ._executors import EXECUTORS, executor_of
+from ._grow import Growth, Trial
 from ._semiring import Config
 
 
@@ -167,136 +157,30 @@ def _run_with(options: tuple[tuple[str, object], ...]):
 # networks (2 cores): a 100-tensor tree 3.6 vs 1.25 ms a call for 0.9 s more
 # compile (break-even ~360 calls), a 100-site MPS 18.6 vs 5.7 ms for 1.3 s
 # (~100), QAOA max-cut 16.3 vs 10.7 ms for 0.6 s (~110). Inside a user's
-# jax.jit a plan never gets these options: the user's jit compiles it.
+# jax.jit a plan never gets these options: the user's jit compiles it. The
+# optimized compile runs in the background (`_TopLevelRun`): the calls go on
+# with the compile-time program until it is ready (a 49-step network's call
+# waited 1.9 s for it on the call path).
 OPTIMIZE_AFTER_CALLS = 100
-
-# Growing the tree search with a plan's use (ski rental; `_TopLevelRun`).
-# Growth searches own trials at most GROW_MAX_TRIALS (the reference at most
-# as many): cotengra's peer in benchmarks/networks.py runs 32 hyper-trials;
-# einslice's trials cost about a fifth of cotengra's (REFERENCE_TRIAL_COST_
-# PER_TENSOR), so 64 of its own and up to 64 of the reference's.
-GROW_MAX_TRIALS = 64
-# Growth stops after this many growth searches in a row found no faster tree:
-# with the same seed a larger budget replays the trials before and adds some,
-# so two that found nothing mean the trials have run out of ideas (patience).
-GROW_FRUITLESS = 2
-# ... counting only searches whose budget affords GROW_PATIENT_TRIALS own and
-# reference trials: the first growths of a plan come at small budgets (half
-# the calls' run time so far) and replay a trial or two. random-hyper-50
-# (einsum-benchmark) stopped after growths of 0.53 and 1.1 s found its tree
-# again, at 38 ms estimated; a 2.2 s budget finds one of 18.8 ms (10^8.45
-# FLOPs, cotengra's 32 trials: 10^8.5) and 4.4-17.6 s no better.
-GROW_PATIENT_TRIALS = 8
-# No growth is scheduled past this call: a plan so cheap that its first growth
-# would wait longer (the least search cost over its estimated run time) is
-# steady at once. At 10^5 the einsum-benchmark networks all grow (a 190-tensor
-# QAOA circuit, estimated 0.15 ms, first at ~8400 calls) while a 40-matrix
-# chain of 3x3 matrices (microseconds) never does.
-GROW_LAST_CALL = 10**5
-# The model's estimated seconds read about this much below measured times of
-# einsum-benchmark networks on this CPU: the grown plans of
-# benchmarks/results/networks.md ran 2.0-3.7x their estimates (lattice-8x8
-# 0.99 -> 1.97 ms, randreg-60 15.4 -> 32.6 ms, mera-p-first-last 3.3 -> 8.0
-# ms, ctg-lattice-10x10 0.94 -> 3.5 ms; loaded machine). A growth compiles and
-# times a plan only when its estimated compile (`_executors.compile_seconds`,
-# wall seconds) is at most this times ``spent``, the estimated run time of the
-# calls so far: about what they took (ski rental). 2, the low end, errs
-# towards not compiling.
-GROW_MEASURED_PER_ESTIMATED = 2.0
-# A growth times, beside the held plan, the grown search's plan and the plan
-# of its runner-up tree (the other side's best: `_search.Found.runner_up`)
-# when estimated within this factor of the best estimate of the three: the
-# model ranks close trees wrongly by that much (randreg-50, einsum-benchmark:
-# einslice's own tree estimated 4.65 ms ran 6.8 ms; cotengra's, estimated
-# 6.94 ms, ran 5.9 ms, as fast as cotengra's own jax backend).
-GROW_TIME_WITHIN = 2.0
-# Each timed program runs once to compile and warm up, then this many calls,
-# interleaved one call per program per round; the median is kept.
-GROW_TIMED_CALLS = 5
-_OFF = ("0", "false", "no", "off")
-
-
-def growth_enabled() -> bool:
-    """Whether top-level runners may grow their plan's tree (``EINSLICE_GROW``).
-
-    ``EINSLICE_GROW=0`` turns growth off: every call runs the plan's own tree
-    (a switch of trees changes floating-point rounding between calls).
-
-    Example:
-        >>> import os
-        >>> growth_enabled() == (os.environ.get("EINSLICE_GROW", "1") != "0")
-        True
-    """
-    return os.environ.get("EINSLICE_GROW", "1").strip().lower() not in _OFF
-
-
-def first_growth_call(p: Plan) -> int | None:
-    """The top-level call at which ``p``'s tree search first grows (None: never).
-
-    The first call `c` >= `PLAN_RUNS` (the runs the first search assumed)
-    at which a growth search's budget, ``c // 2`` runs of ``p``'s estimated
-    time, affords the search's minimum trials (`_search.least_search_cost`);
-    None past `GROW_LAST_CALL`.
-
-    Example:
-        >>> import einslice
-        >>> first_growth_call(einslice.plan("ij,jk->ik", (2, 2), (2, 2))) is None
-        True
-    """
-    least = least_search_cost(len(p.prepared))
-    time_ = max(p.cost.time, 1e-12)
-    call = max(PLAN_RUNS, 2 * math.ceil(least / time_))
-    return call if call <= GROW_LAST_CALL else None
-
-
-def grown_plans(
-    request: PlanRequest, budget: float, calls: int
-) -> tuple[Plan, Plan | None]:
-    """The plans of a grown tree search and of its runner-up tree (or None).
-
-    The search may cost ``budget`` (the cost model's seconds): the same
-    request (limit, semiring, dtype, profile, devices) with
-    ``optimize=TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=...)``,
-    seed 0 as ``"auto"``'s: reproducible, and cached in memory and on disk as
-    any search (the budget is part of the key). The runner-up is the tree
-    the search ranked second, sliced again for the limit
-    (`_planner.runner_up_request`).
-    """
-    search = TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=budget)
-    grown = dataclasses.replace(request, optimize=search)
-    other = runner_up_request(grown)
-    try:
-        second = None if other is None else make_plan(other)
-    except MemoryLimitError:  # (its slicing at the limit may not fit)
-        second = None
-    return make_plan(grown), second
 
 
 @dataclasses.dataclass(frozen=True)
-class Growth:
-    """One growth search of a top-level runner (`_TopLevelRun.growths`).
+class _Stage:
+    """What a runner's calls run now; swapped whole, so a call reads one.
 
     Attributes:
-        call: the top-level call that ran it.
-        budget: its budget, in the cost model's seconds.
-        seconds: its wall time (search and planning).
-        before: the estimated time of the plan the runner held.
-        found: the estimated time of the grown search's plan.
-        switched: whether the runner took a new plan (the grown search's or
-            its runner-up tree's).
-        timed: the measured seconds per call of the programs timed (`timed_
-            programs`), the held plan's first; empty when none was timed.
-        chosen: the estimated time of the plan held after this growth.
+        plan: the plan held (the caller's, or a grown one).
+        program: its compiled program (jitted `_run_impl`, with options).
+        host: whether calls that the host walk can match run it instead.
+        optimized: whether ``program`` is the optimized one (no recompile due).
+        trial: a growth's timing (`_grow.Trial`): calls of its config run it.
     """
 
-    call: int
-    budget: float
-    seconds: float
-    before: float
-    found: float
-    switched: bool
-    timed: tuple[float, ...] = ()
-    chosen: float = math.nan
+    plan: Plan
+    program: Callable
+    host: bool
+    optimized: bool
+    trial: Trial | None = None
 
 
 class _TopLevelRun:
@@ -310,209 +194,298 @@ class _TopLevelRun:
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).
 
-    **Growth** (ski rental on the tree search). A plan whose tree came from
-    the large-network search under ``optimize="auto"``
-    (``_planner.growable``) searches again at top-level call `c` =
-    `first_growth_call`, and again each time the estimated run time of its
-    calls so far (``spent``: each call adds the held plan's ``cost.time``)
-    has doubled since the last growth: a search whose own trials may cost
-    half of ``spent`` and cotengra's reference as much (`grown_plans`; the
-    first search cost about one run). So each growth costs at most
-    ``spent``, and all of them at most twice the estimated run time of the
-    calls made so far (ski rental's bound); a larger budget replays the
-    smaller one's trials (same seed) and adds more. The grown plan and the
-    plan of the search's runner-up tree, where either differs from the held
-    plan and is estimated within `GROW_TIME_WITHIN` of the best of the
-    three, are compiled and timed beside the held one on this call's
-    operands (`timed_programs`; when their estimated compile costs no more
-    than the calls so far): the runner takes the fastest when its measured
-    saving over as many calls again (`c`) exceeds its measured compile.
-    Without a plan to time (none differs), nothing changes. Growth stops
-    (the runner is then `steady`) after `GROW_FRUITLESS` searches in a
-    row found no plan that timed faster (counting those that afforded
-    `GROW_PATIENT_TRIALS` trials), once a search's budget affords every trial it
-    may run (`GROW_MAX_TRIALS` own and reference trials), past
-    `GROW_LAST_CALL`, or when ``EINSLICE_GROW=0``. Only growths time calls
-    (timing blocks on each result); every other call adds the held plan's
-    estimated time to ``spent``. ``plan`` stays what the runner holds now
+    **No call waits for work it did not ask for.** The compile that ends the
+    host walk, the optimized recompile and growth (searches, compiles) run
+    on the background thread (``_background``), on the operands of the call
+    that found them due; meanwhile calls run what the runner holds (the host
+    walk, the compile-time program, the held plan), and the runner swaps in
+    the result whole (a `_Stage`) between two calls. Only calls that ask for
+    a program not compiled yet compile on the call path: the first
+    compiled call of a plan that has no host walk (a short plan, one whose
+    walk does not pay, integers, a precision the walk does not match), or
+    operands of another kind. Calls from several threads stay exact: each
+    reads one stage. `settle` waits for the background work;
+    ``EINSLICE_BACKGROUND=0`` runs it on the call that finds it due
+    (`_background.enabled`).
+
+    **Growth** (ski rental on the tree search; rules and constants in
+    ``_grow``). A plan whose tree came from the large-network search under
+    ``optimize="auto"`` (``_planner.growable``) searches again at top-level
+    call `c` = `first_growth_call`, and again each time the estimated run
+    time of its calls so far (``spent``: each call adds the held plan's
+    ``cost.time``) has doubled since the last growth: a search whose own
+    trials may cost half of ``spent`` and cotengra's reference as much
+    (`grown_plans`), so all of them cost at most twice the estimated run time
+    of the calls made so far. The plans it finds that are worth timing
+    (`_grow.contenders`: not timed before) are compiled in the background
+    with the held plan's optimized program, then timed on the next calls
+    (`_grow.Trial`: one call per plan in turn, `GROW_TIMED_CALLS` rounds
+    after one to warm up); the runner takes the fastest when it is
+    `GROW_MIN_GAIN` faster than the held plan. Growth stops (the runner is
+    then `steady` once its program is the optimized one) after
+    `GROW_FRUITLESS` growths in a row that took no new plan (counting those
+    whose budget afforded `GROW_PATIENT_TRIALS` trials), once a search's
+    budget affords every trial it may run (`GROW_MAX_TRIALS` own and
+    reference trials), past `GROW_LAST_CALL`, when a search fails, or when
+    ``EINSLICE_GROW=0``. ``plan`` is what the runner holds now
     (`running_plan`); the caller's `Plan` is unchanged.
     """
 
     def __init__(self, p: Plan) -> None:
-        self.plan = p
-        self.calls = 0  # compiled calls
-        self.top_calls = 0  # every call, host or compiled (growth counts them)
+        first = _jitted(compile_options(p))
+        optimized = first is _optimized(p)
         self.host_budget = host_first_seconds(
             p, on_device=jax.default_backend() != "cpu"
         )
+        # (calls check the rest: `_host_call`)
+        host = self.host_budget > 0 and EXECUTORS["host"].runs(p)
+        self.stage = _Stage(p, first, host, optimized)
+        self.calls = 0  # compiled calls
+        self.top_calls = 0  # every call, host or compiled (growth counts them)
         self.host_spent = 0.0
-        self.first = _jitted(compile_options(p))
-        self.later = _jitted(compile_options(p, optimized=True))
-        self.request = grown_request(p) if growth_enabled() else None
+        self.request = grown_request(p) if _grow.growth_enabled() else None
         self.spent = 0.0  # the held plans' estimated seconds, summed over calls
-        first = None if self.request is None else first_growth_call(p)
+        call = None if self.request is None else _grow.first_growth_call(p)
         # the ``spent`` at which the next growth runs (None: no more growth)
-        self.grow_at = None if first is None else (first - 0.5) * p.cost.time
+        self.grow_at = None if call is None else (call - 0.5) * p.cost.time
         self.growths: list[Growth] = []
         self.fruitless = 0
-        self._growing = threading.Lock()
+        self.tried: set[Plan] = set()  # the plans timed (each is timed once)
+        self.busy = threading.Lock()  # held while background work is queued or runs
+        self._deciding = threading.Lock()
+
+    @property
+    def plan(self) -> Plan:
+        """The plan the runner holds now (`running_plan`)."""
+        return self.stage.plan
 
     @property
     def steady(self) -> bool:
         """Whether the next call runs the program every later call runs."""
-        on_host = self.host_spent < self.host_budget
+        stage = self.stage
         return (
-            not on_host
+            not stage.host
+            and stage.optimized
+            and stage.trial is None
             and self.grow_at is None
-            and (self.first is self.later or self.calls + 1 >= OPTIMIZE_AFTER_CALLS)
+            and not self.busy.locked()
         )
 
     def __call__(self, p: Plan, config: Config, *args):
-        # (a lost count or sum under threads only delays growth)
+        stage = self.stage  # (one read: this call runs one stage)
+        # (a lost count or sum under threads only delays what they schedule)
         self.top_calls += 1
-        self.spent += self.plan.cost.time
-        due = self.grow_at is not None and self.spent >= self.grow_at
-        if due and self._growing.acquire(blocking=False):
-            try:
-                if self.grow_at is not None:  # (not grown by another thread)
-                    self._grow(config, args)
-            finally:
-                self._growing.release()
-        p = self.plan
-        if self.host_spent < self.host_budget and _host_call(p, config, args):
+        self.spent += stage.plan.cost.time
+        trial = stage.trial
+        if trial is not None:
+            if config == trial.config:
+                out = trial.call(args)
+                if trial.complete:
+                    self._decide(stage)
+                return out
+        elif (
+            self.grow_at is not None
+            and self.spent >= self.grow_at
+            and self.busy.acquire(blocking=False)
+        ):
+            self._submit(partial(self._grow, self.top_calls, self.spent), config, args)
+        if stage.host and _host_call(stage.plan, config, args):
             start = time.perf_counter()
-            out = EXECUTORS["host"].run(p, config, args)
-            # (a lost sum under threads only delays the switch)
+            out = EXECUTORS["host"].run(stage.plan, config, args)
             self.host_spent += time.perf_counter() - start
+            if (
+                self.host_spent >= self.host_budget
+                and trial is None
+                and self.busy.acquire(blocking=False)
+            ):
+                self._submit(self._compile, config, args)
             return jnp.asarray(out)
-        self.calls += 1  # (a lost count under threads only delays the switch)
-        run = self.first if self.calls < OPTIMIZE_AFTER_CALLS else self.later
-        return run(p, config, *args)
+        self.calls += 1
+        if (
+            not stage.optimized
+            and self.calls >= OPTIMIZE_AFTER_CALLS
+            and trial is None
+            and self.busy.acquire(blocking=False)
+        ):
+            self._submit(self._optimize, config, args)
+        return stage.program(stage.plan, config, *args)
+
+    # -- the background work: queued by a call (`busy` acquired), run by
+    # -- ``_background``'s thread; each swaps in a new stage when it is done
+
+    def _submit(self, job: Callable[[Config, tuple], None], config, args) -> None:
+        """Queue ``job(config, args)``; `busy` is held, and released after it."""
+
+        def run() -> None:
+            try:
+                job(config, args)
+            except _background.Exiting:
+                pass
+            finally:
+                self.busy.release()
+
+        try:
+            _background.submit(run)
+        except RuntimeError:  # (no new thread while the interpreter exits)
+            self.busy.release()
+
+    def _compile(self, config: Config, args: tuple) -> None:
+        """End the host walk: compile the held program, then run it."""
+        stage = self.stage
+        try:
+            _compiled(stage.program, stage.plan, config, args)
+        except _background.Exiting:
+            raise
+        except Exception:  # (a call compiles it, and raises what is wrong)
+            pass
+        self.stage = dataclasses.replace(self.stage, host=False)
+
+    def _optimize(self, config: Config, args: tuple) -> None:
+        """Compile the optimized program (`OPTIMIZE_AFTER_CALLS`), then run it."""
+        stage = self.stage
+        later = _background.jax_work(lambda: _optimized(stage.plan))
+        try:
+            _compiled(later, stage.plan, config, args)
+        except _background.Exiting:
+            raise
+        except Exception:  # (a call compiles it, and raises what is wrong)
+            pass
+        self.stage = dataclasses.replace(self.stage, program=later, optimized=True)
 
     def adopt(self, chosen: Plan, config: Config, args: tuple) -> None:
         """Run ``chosen`` from the next call on (tuning's winner, `tune_later`).
 
-        Its program is compiled here first (on the caller's thread, the
-        background one), so that no call waits for it.
+        Called on the background thread: ``chosen``'s optimized program is
+        compiled there first, then swapped in whole, so that no call waits
+        for it.
         """
-        first = _jitted(compile_options(chosen))
-        _background.jax_work(
-            lambda: jax.block_until_ready(first(chosen, config, *args))
-        )
-        self.later = _jitted(compile_options(chosen, optimized=True))
-        self.first = first
-        self.host_budget = 0.0  # (compiled already: no host runs first)
-        self.plan = chosen
+        program = _background.jax_work(lambda: _optimized(chosen))
+        _compiled(program, chosen, config, args)
+        self.stage = _Stage(chosen, program, False, True)
 
-    def _grow(self, config: Config, args: tuple) -> None:
-        """Search again with this call's budget; time the plans; keep the fastest."""
+    def _grow(self, calls: int, spent: float, config: Config, args: tuple) -> None:
+        """Search with the budget of ``calls``; compile what may be faster.
+
+        The plans to time and the held plan's optimized program are
+        compiled here; the calls then time them (`_grow.Trial`), and the
+        call that completes the trial decides (`_decide`).
+        """
         assert self.request is not None
-        calls, held, spent = self.top_calls, self.plan, self.spent
+        held = self.stage.plan
         # two significant digits: the same request in a new process reaches
         # the same budget (and the disk's tree) despite summation order
         budget = float(f"{spent / 2:.2g}")
         start = time.perf_counter()
         try:
-            new, other = grown_plans(self.request, budget, calls)
-        except Exception as error:  # (a call must not fail for it)
-            warnings.warn(
-                f"einslice: the growth search of a plan failed ({error!r}); "
-                "the plan keeps its tree.",
-                RuntimeWarning,
-                stacklevel=4,
-            )
+            new, other = _grow.grown_plans(self.request, budget, calls)
+            seconds = time.perf_counter() - start
+            plans = [held, *_grow.contenders(held, (new, other), spent, self.tried)]
+            programs = _background.jax_work(lambda: [_optimized(q) for q in plans])
+            compiled = ()
+            if len(plans) > 1:  # (else nothing new to time: a fruitless growth)
+                compiled = tuple(
+                    _compiled(program, q, config, args)
+                    for q, program in zip(plans, programs, strict=True)
+                )
+        except _background.Exiting:
+            raise
+        except Exception as error:  # (no call may fail for it)
             self.grow_at = None
-            return
-        seconds = time.perf_counter() - start
-        affordable = GROW_MEASURED_PER_ESTIMATED * spent
-        best = min(p.cost.time for p in (held, new, other) if p is not None)
-        contenders = [
-            p
-            for p in dict.fromkeys((new, other))  # (distinct, in order)
-            if p is not None
-            and p != held
-            and p.peak_bytes <= held.memory_limit
-            and p.cost.time <= GROW_TIME_WITHIN * best
-            and compile_seconds(p) <= affordable
-        ]
-        timed: tuple[float, ...] = ()
-        chosen = held
-        if contenders:
-            programs = [self.later] + [
-                _jitted(compile_options(p, optimized=True)) for p in contenders
-            ]
-            timings = timed_programs([held, *contenders], programs, config, args)
-            timed = tuple(t.seconds for t in timings)
-            fastest = min(range(len(timings)), key=lambda k: timings[k].seconds)
-            if fastest:
-                saving = timings[0].seconds - timings[fastest].seconds
-                if saving * calls > timings[fastest].compile_seconds:
-                    chosen = contenders[fastest - 1]
-        if chosen is not held:
-            self.plan = chosen
-            self.later = _jitted(compile_options(chosen, optimized=True))
-        if timed:
-            # the optimized program of the plan held now was compiled for the
-            # timing: the compile-time one (a cheap plan's first
-            # OPTIMIZE_AFTER_CALLS calls) would be a second compile
-            self.first = self.later
-        trial = len(held.prepared) * (
-            TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR
-        )  # one own and one reference trial
-        if timed and min(timed[1:]) < timed[0]:
-            self.fruitless = 0  # faster than the held plan (paid for or not yet)
-        elif budget >= GROW_PATIENT_TRIALS * trial:
-            self.fruitless += 1
-        most = GROW_MAX_TRIALS * trial
-        done = (
-            self.fruitless >= GROW_FRUITLESS
-            or budget >= most
-            or calls + spent / self.plan.cost.time > GROW_LAST_CALL
-        )
-        self.grow_at = None if done else 2 * spent
-        self.growths.append(
-            Growth(
-                calls,
-                budget,
-                seconds,
-                held.cost.time,
-                new.cost.time,
-                chosen is not held,
-                timed,
-                chosen.cost.time,
+            _warn(
+                f"einslice: the growth of a plan failed ({error!r}); the plan "
+                "keeps its tree."
             )
+            return
+        growth = Growth(
+            calls,
+            budget,
+            seconds,
+            held.cost.time,
+            new.cost.time,
+            False,
+            chosen=held.cost.time,
+            compiled=compiled,
         )
+        if len(plans) == 1:
+            self._grown(growth, spent)
+        else:
+            trial = Trial(plans, programs, config, growth, spent)
+            self.stage = dataclasses.replace(self.stage, trial=trial)
+
+    def _decide(self, stage: _Stage) -> None:
+        """End ``stage``'s trial (on the call that completed it): hold the choice."""
+        if not self._deciding.acquire(blocking=False):
+            return
+        try:
+            trial = stage.trial
+            if trial is None or self.stage is not stage:  # (decided already)
+                return
+            k = trial.choice()
+            self.tried.update(trial.plans[1:])
+            growth = dataclasses.replace(
+                trial.growth,
+                switched=k > 0,
+                timed=trial.medians(),
+                chosen=trial.plans[k].cost.time,
+            )
+            # the programs timed are optimized: no recompile, no host walk
+            self.stage = _Stage(trial.plans[k], trial.programs[k], False, True)
+            self._grown(growth, trial.spent)
+        finally:
+            self._deciding.release()
+
+    def _grown(self, growth: Growth, spent: float) -> None:
+        """Record ``growth``; schedule the next one, or none (the stopping rule)."""
+        self.fruitless = _grow.fruitless_after(growth, self.fruitless, self.plan)
+        more = _grow.grows_again(growth, self.fruitless, self.plan, spent)
+        self.grow_at = 2 * spent if more else None
+        self.growths.append(growth)
 
 
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    """One program's timing by `timed_programs`: median call, first call."""
-
-    seconds: float
-    compile_seconds: float
+def _optimized(p: Plan) -> Callable:
+    """``p``'s optimized program (jitted; compiled on its first call)."""
+    return _jitted(compile_options(p, optimized=True))
 
 
-def timed_programs(
-    plans: Sequence[Plan], programs: Sequence, config: Config, args: tuple
-) -> list[Timing]:
-    """Each plan's program timed on ``args``: its median call, its first call.
+def _compiled(program: Callable, plan: Plan, config: Config, args: tuple) -> float:
+    """Compile ``program`` for ``args`` by running it (background); its seconds.
 
-    The first call compiles (a program compiled already returns at once);
-    then `GROW_TIMED_CALLS` rounds of one call per program, so that a drift
-    of the machine's speed falls on all of them alike.
+    A run, not ``lower().compile()``: jit's own cache then holds the program,
+    so the calls' dispatch finds it (JAX 0.10's AOT compile does not fill
+    that cache).
     """
-    first = []
-    for plan, program in zip(plans, programs, strict=True):
-        start = time.perf_counter()
-        jax.block_until_ready(program(plan, config, *args))
-        first.append(time.perf_counter() - start)
-    times: list[list[float]] = [[] for _ in plans]
-    for _ in range(GROW_TIMED_CALLS):
-        for k, (plan, program) in enumerate(zip(plans, programs, strict=True)):
-            start = time.perf_counter()
-            jax.block_until_ready(program(plan, config, *args))
-            times[k].append(time.perf_counter() - start)
-    return [Timing(statistics.median(t), f) for t, f in zip(times, first, strict=True)]
+    start = time.perf_counter()
+    _background.jax_work(lambda: jax.block_until_ready(program(plan, config, *args)))
+    return time.perf_counter() - start
+
+
+def _warn(message: str) -> None:
+    """Warn from the background thread (a warning filter may raise: dropped)."""
+    try:
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    except Warning:
+        pass
+
+
+def settle(p: Plan, timeout: float | None = None) -> bool:
+    """Wait for the background work of ``p``'s runner; whether it ended in time.
+
+    What the runner compiles or searches off the call path (the compile that
+    ends the host walk, the optimized recompile, a growth's search and
+    compiles) is swapped in by then. A growth's timing runs on the calls
+    after it (`_grow.Trial`): ``settle`` does not make calls. For tests and
+    benchmarks.
+
+    Example:
+        >>> import einslice
+        >>> settle(einslice.plan("ij,jk->ik", (2, 3), (3, 4)))
+        True
+    """
+    busy = _top_level_run(p).busy
+    if not busy.acquire(timeout=-1 if timeout is None else timeout):
+        return False
+    busy.release()
+    return True
 
 
 def tune_later(best: Plan, config: Config, args: Sequence) -> Later:
@@ -583,9 +556,10 @@ def running_plan(p: Plan) -> Plan:
 
     A plan from the large-network search under ``optimize="auto"`` may be
     replaced by the plan of a longer search once it has been called often
-    enough (docs/search.md, "Growing with use"); ``p`` itself never
-    changes, and calls inside ``jax.jit``, ``grad`` or ``vmap`` always run
-    it. ``EINSLICE_GROW=0`` turns growth off.
+    enough (searched and compiled in the background, timed on its calls,
+    swapped in between two calls: docs/search.md, "Growing with use");
+    ``p`` itself never changes, and calls inside ``jax.jit``, ``grad`` or
+    ``vmap`` always run it. ``EINSLICE_GROW=0`` turns growth off.
 
     Example:
         >>> import einslice

@@ -1,0 +1,339 @@
+"""Growing a plan's tree search with its use: the rules (`_run._TopLevelRun` runs them).
+
+Ski rental on the tree search: a plan whose tree came from the large-network
+search under ``optimize="auto"`` searches again as the estimated run time
+of its calls adds up (`first_growth_call`, then at each doubling), with a
+budget of half of it (`grown_plans`); the plans it finds that may beat the
+held one (`contenders`) are compiled in the background, then timed on the
+user's own calls, interleaved with the held plan (`Trial`); the runner takes
+the fastest when it is faster by `GROW_MIN_GAIN` (`choice`). Growth stops
+when searches stop finding faster trees (`GROW_FRUITLESS`). docs/search.md,
+"Growing with use", says it in prose.
+
+Example:
+    >>> import einslice
+    >>> first_growth_call(einslice.plan("ij,jk->ik", (2, 2), (2, 2))) is None
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+import jax
+
+from .._errors import MemoryLimitError
+from .._plan._planner import make_plan, runner_up_request
+from .._plan._request import PlanRequest
+from .._plan._search import (
+    PLAN_RUNS,
+    REFERENCE_TRIAL_COST_PER_TENSOR,
+    TRIAL_COST_PER_TENSOR,
+    TreeSearch,
+    least_search_cost,
+)
+from .._plan._types import Plan
+from ._executors import compile_seconds
+from ._semiring import Config
+
+# Growth searches own trials at most GROW_MAX_TRIALS (the reference at most
+# as many): cotengra's peer in benchmarks/networks.py runs 32 hyper-trials;
+# einslice's trials cost about a fifth of cotengra's (REFERENCE_TRIAL_COST_
+# PER_TENSOR), so 64 of its own and up to 64 of the reference's.
+GROW_MAX_TRIALS = 64
+# Growth stops after this many growths in a row that were fruitless (the
+# runner took no new plan: the search found no plan that had not been timed
+# before, or none timed `GROW_MIN_GAIN` faster than the held one): with the
+# same seed a larger budget replays the trials before and adds some, so two
+# that found nothing mean the trials have run out of ideas (patience).
+GROW_FRUITLESS = 2
+# ... counting only searches whose budget affords GROW_PATIENT_TRIALS own and
+# reference trials: the first growths of a plan come at small budgets (half
+# the calls' run time so far) and replay a trial or two. random-hyper-50
+# (einsum-benchmark) stopped after growths of 0.53 and 1.1 s found its tree
+# again, at 38 ms estimated; a 2.2 s budget finds one of 18.8 ms (10^8.45
+# FLOPs, cotengra's 32 trials: 10^8.5) and 4.4-17.6 s no better.
+GROW_PATIENT_TRIALS = 8
+# No growth is scheduled past this call: a plan so cheap that its first growth
+# would wait longer (the least search cost over its estimated run time) is
+# steady at once. At 10^5 the einsum-benchmark networks all grow (a 190-tensor
+# QAOA circuit, estimated 0.15 ms, first at ~8400 calls) while a 40-matrix
+# chain of 3x3 matrices (microseconds) never does.
+GROW_LAST_CALL = 10**5
+# The model's estimated seconds read about this much below measured times of
+# einsum-benchmark networks on this CPU: the grown plans of
+# benchmarks/results/networks.md ran 2.0-3.7x their estimates (lattice-8x8
+# 0.99 -> 1.97 ms, randreg-60 15.4 -> 32.6 ms, mera-p-first-last 3.3 -> 8.0
+# ms, ctg-lattice-10x10 0.94 -> 3.5 ms; loaded machine). A growth compiles and
+# times a plan only when its estimated compile (`_executors.compile_seconds`,
+# wall seconds) is at most this times ``spent``, the estimated run time of the
+# calls so far: about what they took (ski rental). 2, the low end, errs
+# towards not compiling.
+GROW_MEASURED_PER_ESTIMATED = 2.0
+# A growth times, beside the held plan, the grown search's plan and the plan
+# of its runner-up tree (the other side's best: `_search.Found.runner_up`)
+# when estimated within this factor of the best estimate of the three: the
+# model ranks close trees wrongly by that much (randreg-50, einsum-benchmark:
+# einslice's own tree estimated 4.65 ms ran 6.8 ms; cotengra's, estimated
+# 6.94 ms, ran 5.9 ms, as fast as cotengra's own jax backend).
+GROW_TIME_WITHIN = 2.0
+# A `Trial` runs each program once more (discarded: its first call on the
+# call path) and then this many calls, interleaved one call per program per
+# round; the median is kept.
+GROW_TIMED_CALLS = 5
+# The runner takes a timed plan only when its median is at least this
+# fraction below the held plan's: a hair's win is noise, which would switch
+# trees (changing the rounding) and restart growth for nothing. On a
+# 50-tensor random regular graph (1.3-2.4 ms a call on 2 quiet cores,
+# benchmarks/results/latency.md) a growth timed a candidate 0.7% faster
+# (1.786 vs 1.799 ms), which reset the count of fruitless growths: growth
+# went on. The held plan's median moved by 35% between two trials a few
+# seconds apart (1.76, 2.37 ms): interleaving makes the ratio steadier than
+# that, but a margin much below 5% would be luck.
+# The compile is spent by then (the timing compiled it): any real gain pays.
+GROW_MIN_GAIN = 0.05
+_OFF = ("0", "false", "no", "off")
+
+
+def growth_enabled() -> bool:
+    """Whether top-level runners may grow their plan's tree (``EINSLICE_GROW``).
+
+    ``EINSLICE_GROW=0`` turns growth off: every call runs the plan's own tree
+    (a switch of trees changes floating-point rounding between calls).
+
+    Example:
+        >>> import os
+        >>> growth_enabled() == (os.environ.get("EINSLICE_GROW", "1") != "0")
+        True
+    """
+    return os.environ.get("EINSLICE_GROW", "1").strip().lower() not in _OFF
+
+
+def first_growth_call(p: Plan) -> int | None:
+    """The top-level call at which ``p``'s tree search first grows (None: never).
+
+    The first call `c` >= `PLAN_RUNS` (the runs the first search assumed)
+    at which a growth search's budget, ``c // 2`` runs of ``p``'s estimated
+    time, affords the search's minimum trials (`_search.least_search_cost`);
+    None past `GROW_LAST_CALL`.
+
+    Example:
+        >>> import einslice
+        >>> first_growth_call(einslice.plan("ij,jk->ik", (2, 2), (2, 2))) is None
+        True
+    """
+    least = least_search_cost(len(p.prepared))
+    time_ = max(p.cost.time, 1e-12)
+    call = max(PLAN_RUNS, 2 * math.ceil(least / time_))
+    return call if call <= GROW_LAST_CALL else None
+
+
+def grown_plans(
+    request: PlanRequest, budget: float, calls: int
+) -> tuple[Plan, Plan | None]:
+    """The plans of a grown tree search and of its runner-up tree (or None).
+
+    The search may cost ``budget`` (the cost model's seconds): the same
+    request (limit, semiring, dtype, profile, devices) with
+    ``optimize=TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=...)``,
+    seed 0 as ``"auto"``'s: reproducible, and cached in memory and on disk as
+    any search (the budget is part of the key). The runner-up is the tree
+    the search ranked second, sliced again for the limit
+    (`_planner.runner_up_request`).
+    """
+    search = TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=budget)
+    grown = dataclasses.replace(request, optimize=search)
+    other = runner_up_request(grown)
+    try:
+        second = None if other is None else make_plan(other)
+    except MemoryLimitError:  # (its slicing at the limit may not fit)
+        second = None
+    return make_plan(grown), second
+
+
+def contenders(
+    held: Plan, found: Sequence[Plan | None], spent: float, tried: set[Plan]
+) -> list[Plan]:
+    """The plans of ``found`` worth compiling and timing beside ``held``.
+
+    Each distinct one that differs from ``held`` and from every plan timed
+    before (``tried``: a plan is timed once), fits ``held``'s memory limit,
+    is estimated within `GROW_TIME_WITHIN` of the best estimate (``held``'s
+    included), and whose estimated compile is at most
+    `GROW_MEASURED_PER_ESTIMATED` times ``spent``.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
+        >>> contenders(p, [p, None], 1.0, set())
+        []
+    """
+    best = min(p.cost.time for p in (held, *found) if p is not None)
+    return [
+        p
+        for p in dict.fromkeys(found)  # (distinct, in order)
+        if p is not None
+        and p != held
+        and p not in tried
+        and p.peak_bytes <= held.memory_limit
+        and p.cost.time <= GROW_TIME_WITHIN * best
+        and compile_seconds(p) <= GROW_MEASURED_PER_ESTIMATED * spent
+    ]
+
+
+def trial_cost(p: Plan) -> float:
+    """The estimated seconds of one own and one reference trial on ``p``'s network.
+
+    Example:
+        >>> import einslice
+        >>> trial_cost(einslice.plan("ij,jk->ik", (2, 2), (2, 2))) > 0
+        True
+    """
+    return len(p.prepared) * (TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR)
+
+
+def fruitless_after(growth: Growth, fruitless: int, held: Plan) -> int:
+    """The count of fruitless growths in a row once ``growth`` is done.
+
+    Zero when the runner took a new plan; one more when it did not and the
+    search afforded `GROW_PATIENT_TRIALS` trials; else unchanged.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
+        >>> fruitless_after(Growth(10, 1.0, 0.1, 1.0, 1.0, switched=True), 1, p)
+        0
+    """
+    if growth.switched:
+        return 0
+    if growth.budget >= GROW_PATIENT_TRIALS * trial_cost(held):
+        return fruitless + 1
+    return fruitless
+
+
+def grows_again(growth: Growth, fruitless: int, held: Plan, spent: float) -> bool:
+    """Whether a runner holding ``held`` grows again after ``growth`` (at 2 ``spent``).
+
+    Not after `GROW_FRUITLESS` fruitless growths in a row (`fruitless_after`),
+    once a search's budget affords every trial (`GROW_MAX_TRIALS` own and
+    reference trials), nor when the next growth would come past
+    `GROW_LAST_CALL`.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
+        >>> grows_again(Growth(10, 1e-9, 0.1, 1.0, 1.0, switched=True), 0, p, 1.0)
+        False
+    """
+    return not (
+        fruitless >= GROW_FRUITLESS
+        or growth.budget >= GROW_MAX_TRIALS * trial_cost(held)
+        or growth.call + spent / held.cost.time > GROW_LAST_CALL
+    )
+
+
+def timed_call(program: Callable, plan: Plan, config: Config, args: tuple):
+    """``program(plan, config, *args)`` waited for, and the seconds it took."""
+    start = time.perf_counter()
+    out = jax.block_until_ready(program(plan, config, *args))
+    return out, time.perf_counter() - start
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """One growth of a top-level runner (`_run._TopLevelRun.growths`).
+
+    Attributes:
+        call: the top-level call that started it.
+        budget: its search's budget, in the cost model's seconds.
+        seconds: its search's wall time (search and planning).
+        before: the estimated time of the plan the runner held.
+        found: the estimated time of the grown search's plan.
+        switched: whether the runner took a new plan (the grown search's or
+            its runner-up tree's).
+        timed: the median seconds per call of the plans timed (`Trial`),
+            the held plan's first; empty when none was timed.
+        chosen: the estimated time of the plan held after this growth.
+        compiled: the wall seconds of the timed plans' compiles (and first
+            run), in the background, in the order of ``timed``.
+    """
+
+    call: int
+    budget: float
+    seconds: float
+    before: float
+    found: float
+    switched: bool
+    timed: tuple[float, ...] = ()
+    chosen: float = math.nan
+    compiled: tuple[float, ...] = ()
+
+
+class Trial:
+    """A growth's plans timed on the user's calls, one call per plan in turn.
+
+    The programs are compiled (in the background) before a trial starts; a
+    call during it runs the next plan in turn (the held plan first) and waits
+    for its result (`timed_call`). Timing on the user's own calls costs no
+    run the user did not ask for: a background thread timing copies would
+    take a core from the calls on a machine of two. A trial's calls give the
+    user the result of whichever plan ran (equal up to rounding).
+
+    Attributes:
+        plans: the held plan, then the contenders.
+        programs: their compiled programs, in that order.
+        config: the calls the programs were compiled for (others run the
+            held program untimed).
+        growth: the `Growth` so far (search, budget, compiles): the runner
+            completes it with the timings and its `choice`.
+        spent: the runner's ``spent`` when the growth started.
+    """
+
+    def __init__(
+        self,
+        plans: Sequence[Plan],
+        programs: Sequence[Callable],
+        config: Config,
+        growth: Growth,
+        spent: float,
+    ) -> None:
+        self.plans = tuple(plans)
+        self.programs = tuple(programs)
+        self.config = config
+        self.growth = growth
+        self.spent = spent
+        self.times: list[list[float]] = [[] for _ in self.plans]
+        self._turns = itertools.count()  # (next() is atomic in CPython)
+
+    def call(self, args: tuple):
+        """Run the next plan in turn on ``args``; its result."""
+        turn = next(self._turns)
+        k = turn % len(self.plans)
+        out, seconds = timed_call(self.programs[k], self.plans[k], self.config, args)
+        if turn >= len(self.plans):  # (the first round warms the programs up)
+            self.times[k].append(seconds)  # (list.append is atomic)
+        return out
+
+    @property
+    def complete(self) -> bool:
+        """Whether every plan has `GROW_TIMED_CALLS` timed calls."""
+        return all(len(t) >= GROW_TIMED_CALLS for t in self.times)
+
+    def medians(self) -> tuple[float, ...]:
+        """Each plan's median call, in seconds (held plan first)."""
+        return tuple(statistics.median(t) for t in self.times)
+
+    def choice(self) -> int:
+        """The plan to hold: the fastest when `GROW_MIN_GAIN` faster, else 0.
+
+        The compiles are spent by now, so no saving has to pay for them.
+        """
+        medians = self.medians()
+        fastest = min(range(len(medians)), key=medians.__getitem__)
+        return fastest if medians[fastest] <= (1 - GROW_MIN_GAIN) * medians[0] else 0
