@@ -39,6 +39,7 @@ def main() -> None:
     parser.add_argument("--random", type=int, default=150)
     parser.add_argument("--seconds", type=float, default=150.0)
     parser.add_argument("--parts", default="entry,temp,known,random")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     os.makedirs(args.outdir, exist_ok=True)
     einslice = import_einslice()
@@ -60,8 +61,12 @@ def main() -> None:
             _temps(probe)
         if "known" in parts:
             _known(probe, einslice)
+        if "scale" in parts:
+            _scale(probe, einslice)
+        if "chain" in parts:
+            _chains(probe, einslice)
         if "random" in parts:
-            _random(probe, args.random, args.seconds)
+            _random(probe, args.random, args.seconds, args.seed)
     finally:
         probe.close()
         print(f"# {probe.count} programs in {time.perf_counter() - start:.0f} s")
@@ -296,13 +301,93 @@ def _known(probe: _Probe, einslice) -> None:
         print(line, f"| {jrow.get('temp')}")
 
 
-def _random(probe: _Probe, count: int, seconds: float) -> None:
+def _plan_and_compile(probe, einslice, name, sub, shapes, dtype, limit, gradient=False):
+    """Plan and compile one einslice call; the row with its predicted peak."""
+    import jax
+    import jax.numpy as jnp
+
+    args = [jax.ShapeDtypeStruct(s, jnp.dtype(dtype)) for s in shapes]
+    try:
+        p = einslice.plan(sub, *args, memory_limit=limit, gradient=gradient)
+    except einslice.MemoryLimitError as e:
+        limit = e.smallest_limit
+        p = einslice.plan(sub, *args, memory_limit=limit, gradient=gradient)
+    peak = p.tangent_cost.peak_bytes if gradient else p.peak_bytes
+
+    def value(*o):
+        return einslice.einsum(sub, *o, memory_limit=limit, gradient=gradient)
+
+    fn = value
+    if gradient:
+        fn = jax.grad(lambda *o: jnp.sum(value(*o)), argnums=tuple(range(len(args))))
+    facts = {"case": sub, "shapes": shapes, "dtype": dtype, "limit": limit}
+    facts |= {"peak": peak, "chunks": p.chunks, "steps": len(p.steps)}
+    facts |= {"gradient": gradient}
+    row = probe.compile(name, fn, args, **facts)
+    print(name, sub, shapes[0], dtype, "grad" if gradient else "", limit, peak,
+          p.chunks, len(p.steps), row.get("temp"), row.get("error", ""))
+    return row
+
+
+SCALE = [
+    ("ij,jk->ik", 2, 2, (8, 64, 256, 1024)),
+    ("bij,bjk->bik", 3, 3, (4, 16, 48, 96)),
+    ("i,j->ij", 1, 2, (16, 256, 2048)),
+    ("ij,ij->", 2, 2, (16, 256, 2048)),
+    ("ijk->i", 3, 1, (8, 64, 160)),
+    ("ij,ik,il,jk,jl,kl->ij", 2, 6, (8, 16, 32, 64)),
+    ("abc,ia,jb,kc->ijk", 3, 4, (8, 32, 64)),
+]
+
+
+def _scale(probe, einslice) -> None:
+    """How temporaries grow with size, unsliced and sliced, per dtype."""
+    print("## scale: name case n dtype limit planned_peak chunks steps temp")
+    for sub, rank, n_ops, ns in SCALE:
+        terms = sub.split("->")[0].split(",")
+        for n in ns:
+            shapes = [(n,) * len(t) for t in terms]
+            for dtype in ("float32", "float64", "complex64", "bfloat16"):
+                row = _plan_and_compile(
+                    probe, einslice, "scale_whole", sub, shapes, dtype, 10**10
+                )
+                peak = row.get("peak") or 0
+                if peak > 4096:
+                    _plan_and_compile(
+                        probe, einslice, "scale_sliced", sub, shapes, dtype, peak // 4
+                    )
+
+
+def _chains(probe, einslice) -> None:
+    """Scratch against the number of steps: matrix chains, value and gradient."""
+    print("## chain: name case n dtype limit planned_peak chunks steps temp")
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for k in (2, 4, 8, 16, 24):
+        sub = ",".join(letters[i : i + 2] for i in range(k)) + "->" + "a" + letters[k]
+        for n in (8, 100):
+            for dtype in ("float32", "float64"):
+                shapes = [(n, n)] * k
+                row = _plan_and_compile(
+                    probe, einslice, "chain_whole", sub, shapes, dtype, 10**10
+                )
+                _plan_and_compile(
+                    probe, einslice, "chain_sliced", sub, shapes, dtype,
+                    max(1, (row.get("peak") or 8) // 3),
+                )
+                if n == 8 and k <= 8:
+                    _plan_and_compile(
+                        probe, einslice, "chain_grad", sub, shapes, dtype, 10**10,
+                        gradient=True,
+                    )
+
+
+def _random(probe: _Probe, count: int, seconds: float, seed: int = 0) -> None:
     from einslice.bench import _memory_check as mc
 
-    print(f"## random: {count} cases (seed 0), at most {seconds:.0f} s")
+    print(f"## random: {count} cases (seed {seed}), at most {seconds:.0f} s")
     report = mc.Report()
     start = time.perf_counter()
-    for case in mc.random_cases(count, seed=0):
+    for case in mc.random_cases(count, seed=seed):
         if time.perf_counter() - start > seconds:
             break
         try:
