@@ -145,7 +145,17 @@ def grown_request(plan: Plan) -> PlanRequest | None:
 @lru_cache(maxsize=1024)
 def _planned(request: PlanRequest, probe: bool = False) -> _Parts:
     """`make_plan`'s parts (``probe``: skip finding ``gradient_limit``)."""
-    found = _found(request)
+    try:
+        found = _found(request)
+    except MemoryLimitError as error:
+        if not request.gradient:
+            raise
+        # The forward pass alone does not fit: name a limit under which the
+        # derivative fits too, not the forward's (retried, that one was
+        # refused again: `bb->` on a 2x2 float32 matrix at 112 bytes named
+        # 196, then 1192).
+        needed = _gradient_limit(request, error.smallest_limit, gradient=True)
+        raise _derivative_error(request, needed, error.flops) from None
     if not request.gradient:
         return _finish(request, found.body, found.forward, probe)
     parts = _finish(request, found.body, found.forward, True)
@@ -158,14 +168,22 @@ def _planned(request: PlanRequest, probe: bool = False) -> _Parts:
     if probe:
         return parts  # its gradient_limit: a lower bound
     needed = _gradient_limit(request, parts.gradient_limit, gradient=True)
-    raise MemoryLimitError(
+    raise _derivative_error(request, needed, parts.tangent.cost.flops)
+
+
+def _derivative_error(
+    request: PlanRequest, needed: int, flops: int
+) -> MemoryLimitError:
+    """The error for a ``gradient=True`` request whose derivative needs ``needed``."""
+    limit = request.memory_limit
+    return MemoryLimitError(
         f"the derivative of {request.equation.brief()} needs at least "
         f"{format_bytes(needed)} ({needed} bytes) but memory_limit is "
         f"{format_bytes(limit)}, under every plan found; raise "
         "memory_limit to at least that, or plan without gradient=True if no "
-        "derivative is taken (the forward pass alone fits).",
+        "derivative is taken.",
         smallest_limit=needed,
-        flops=parts.tangent.cost.flops,
+        flops=flops,
     )
 
 

@@ -96,6 +96,20 @@ class Profile:
     # plan walked on the host pays to fetch operands that live on the device
     # and to put its result back; inf where the device is the host.
     host_transfer_bandwidth: float = math.inf
+    # How the device lays out a buffer (see _layout.buffer_bytes): XLA:TPU
+    # tiles its two minor dimensions, buffer_lanes entries along the minor
+    # one and up to buffer_sublanes rows along the other (1, 2 or 4 for a
+    # dimension that small), and gives each buffer at least min_buffer_bytes.
+    # 0: no tiles (CPU, GPU: a buffer holds its entries).
+    buffer_lanes: int = 0
+    buffer_sublanes: int = 0
+    min_buffer_bytes: int = 0
+    # Temporary bytes a compiled program holds beyond the buffers the model
+    # counts (on a TPU: scratch of reductions and loops, and of float64's
+    # emulation), for element types of at most 4 bytes and for wider ones
+    # (float64, complex64: "wide"); a derivative's program holds twice that.
+    scratch_bytes: int = 0
+    wide_scratch_bytes: int = 0
 
     def __hash__(self) -> int:
         # Plans are cached on the profile: hash a few fields, not all 22.
@@ -437,11 +451,18 @@ GPU_DEFAULT = Profile(
 # at HBM speed), transposing copies at half the copy rate, small products
 # below a 128-wide side (the MXU is 128x128), the thin-product and log-entry
 # costs of the GPU, no launch cost inside a program, and no cost of fresh
-# memory (XLA's allocator owns device memory, as on a GPU). Not modelled:
-# TPU layouts pad each buffer's last two dimensions to tiles (8x128 for
-# float32), and float64 is emulated; a small or float64 program's compiled
-# temporaries can exceed the peak this model predicts (seen there: `a,a->`
-# on two float64 4-vectors, 504 kB against a 384 B limit).
+# memory (XLA's allocator owns device memory, as on a GPU).
+# Memory (benchmarks/tpu_memory_probe.py, 2026-12-07; _layout.py): buffers
+# are tiled 8x128 (fewer rows for a dimension below 8), at least 512 bytes
+# each (203 shapes x dtypes reproduced exactly). A compiled program's
+# temporaries (memory_analysis) also hold scratch the buffers do not
+# explain, in 32 kB steps: reductions, scan loops, semirings and float64's
+# emulation (float32 pairs). Over 150 random small formulas the most seen
+# was 614 kB for 4-byte types (float32 "sum" and "max"), 1.00 MB for
+# float64 (1.52 MB for a gradient; `a,a->` on float64 4-vectors 516 kB
+# against a 384 B limit); scratch_bytes and wide_scratch_bytes allow about
+# twice that, so that limits below ~1 MB (2 MB in float64) are refused with
+# a MemoryLimitError naming one that compiles within itself.
 TPU_MATMUL_RATES = {"default": 1.71e14, "high": 6.3e13, "highest": 3.06e13}
 TPU_DEFAULT = Profile(
     device_kind="tpu",
@@ -483,6 +504,11 @@ TPU_DEFAULT = Profile(
     grad_compile_step_seconds=0.3,
     candidate_compile_seconds=0.6,
     host_transfer_bandwidth=9.1e8,
+    buffer_lanes=128,
+    buffer_sublanes=8,
+    min_buffer_bytes=512,
+    scratch_bytes=2**20,
+    wide_scratch_bytes=2**21,
 )
 
 BUILT_IN = {"cpu": CPU_DEFAULT, "gpu": GPU_DEFAULT, "tpu": TPU_DEFAULT}

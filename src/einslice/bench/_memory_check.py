@@ -158,9 +158,7 @@ def _random_case(rng: random.Random, gradients: bool) -> Case:
         semiring = "sum"
         if dtype == "float32" and rng.random() < 0.1:
             semiring = rng.choice(("max", "log"))
-        gradient = (
-            gradients and dtype in ("float32", "float64") and rng.random() < 0.12
-        )
+        gradient = gradients and dtype in ("float32", "float64") and rng.random() < 0.12
         itemsize = {"bfloat16": 2, "complex64": 8, "float64": 8}.get(dtype, 4)
         entries = out_entries + sum(map(prod, shapes))
         if rng.random() < 0.25:
@@ -172,7 +170,7 @@ def _random_case(rng: random.Random, gradients: bool) -> Case:
 
 
 def compiled_temp(fn: Callable, args: Sequence) -> int | None:
-    """XLA's temporary bytes of ``jax.jit(fn)`` compiled for ``args`` (None: unknown)."""
+    """XLA's temporary bytes of ``jax.jit(fn)`` for ``args`` (None: not known)."""
     import jax
 
     analysis = jax.jit(fn).lower(*args).compile().memory_analysis()
@@ -183,6 +181,7 @@ def check_case(case: Case, profile=None) -> Outcome:
     """Compile ``case`` at its limit, or at the limit its refusal names.
 
     ``profile``: the einslice profile to plan for (None: this device's).
+    A float64 case needs ``jax_enable_x64`` (`check_memory_promise` sets it).
     """
     import einslice
 
@@ -269,18 +268,25 @@ def check_memory_promise(
     Returns:
         The `Report`; the promise holds where ``report.failures`` is empty.
     """
+    import jax
+
     report = Report()
     start = time.perf_counter()
-    for case in random_cases(count, seed):
-        if seconds is not None and time.perf_counter() - start > seconds:
-            break
-        try:
-            outcome = check_case(case, profile)
-        except Exception as error:  # a bug elsewhere: report it as this case's
-            why = f"{type(error).__name__}: {error}".splitlines()[0][:200]
-            outcome = Outcome(case, case.limit, False, 0, None, why)
-        report.outcomes.append(outcome)
-        if echo is not None:
-            echo(outcome.line())
+    x64 = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", True)  # float64 cases are float64
+    try:
+        for case in random_cases(count, seed):
+            if seconds is not None and time.perf_counter() - start > seconds:
+                break
+            try:
+                outcome = check_case(case, profile)
+            except Exception as error:  # a bug elsewhere: report it as this case's
+                why = f"{type(error).__name__}: {error}".splitlines()[0][:200]
+                outcome = Outcome(case, case.limit, False, 0, None, why)
+            report.outcomes.append(outcome)
+            if echo is not None:
+                echo(outcome.line())
+    finally:
+        jax.config.update("jax_enable_x64", x64)
     report.seconds = time.perf_counter() - start
     return report
