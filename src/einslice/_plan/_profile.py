@@ -110,6 +110,10 @@ class Profile:
     # (float64, complex64: "wide"); a derivative's program holds twice that.
     scratch_bytes: int = 0
     wide_scratch_bytes: int = 0
+    # Element types narrower than this many bytes are computed in this width
+    # (XLA's CPU backend computes bfloat16 and float16 in float32: copies of
+    # the operands and buffers of 4 bytes an entry); 0: in their own width.
+    compute_itemsize: int = 0
 
     def __hash__(self) -> int:
         # Plans are cached on the profile: hash a few fields, not all 22.
@@ -387,6 +391,9 @@ CPU_DEFAULT = Profile(
     # conservative figure that errs towards not measuring.
     candidate_compile_seconds=0.3,
     host_transfer_bandwidth=math.inf,
+    # bfloat16 computed in float32: `de->` on a 4x129 bfloat16 matrix
+    # planned at 194 bytes compiled 2132 (the operand's float32 copy).
+    compute_itemsize=4,
 )
 
 # Measured on one NVIDIA H200 (jax 0.11.2, CUDA 13; ../shared/gpu/ in the
