@@ -208,7 +208,7 @@ def test_the_tpu_peak_of_the_plan_compiled_there_covers_it(
         plan = make_plan(request)
     except MemoryLimitError as error:
         # a,adca-> ("log"): the diagonal its pre-reduction makes is counted
-        # now (a CPU measurement), on every profile
+        # now (measured on a CPU), on every profile
         plan = make_plan(replace(request, memory_limit=error.smallest_limit))
     eq = plan.equation
     body = Body(eq.terms, plan.prepared, plan.steps, eq.output, semiring)
