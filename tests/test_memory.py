@@ -257,3 +257,16 @@ def test_a_plan_loops_exactly_when_it_is_sliced(eq, fraction, seed):
         lambda *o: einslice.einsum(eq.subscripts, *o, memory_limit=limit), *ops
     )
     assert bool(LOOPS & set(prims)) == bool(p.sliced), (str(p), prims)
+
+
+# --- the random-formula check accel_check runs on every device --------------------
+
+
+def test_the_random_formula_check_holds_here_and_sees_a_failure():
+    from einslice.bench._memory_check import Case, Outcome, check_memory_promise
+
+    report = check_memory_promise(8, seed=11)
+    assert len(report.outcomes) == 8
+    assert not report.failures, [o.line() for o in report.failures]
+    over = Outcome(Case("a,a->", ((4,), (4,)), "float64", 384), 384, False, 384, 516096)
+    assert not over.ok and over.line().startswith("FAIL")
