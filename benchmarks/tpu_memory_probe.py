@@ -419,11 +419,11 @@ def _issue() -> None:
 
     print("## issue: the cases issue 35 names")
     for case in (
-        mc.Case("a,a->", ((4,), (4,)), "float64", 384),
-        mc.Case("ij,ij->", ((200, 3), (200, 3)), "float32", 2000),
-        mc.Case("ij,ij->", ((200, 3), (200, 3)), "float32", 2000, gradient=True),
-        mc.Case("bb->", ((2, 2),), "float32", 112, gradient=True),
-        mc.Case("a,a->", ((4,), (4,)), "float64", 384, gradient=True),
+        mc.Case("a,a->", ((4,), (4,)), "float64", limit=384),
+        mc.Case("ij,ij->", ((200, 3), (200, 3)), "float32", limit=2000),
+        mc.Case("ij,ij->", ((200, 3), (200, 3)), "float32", gradient=True, limit=2000),
+        mc.Case("bb->", ((2, 2),), "float32", gradient=True, limit=112),
+        mc.Case("a,a->", ((4,), (4,)), "float64", gradient=True, limit=384),
     ):
         print(mc.check_case(case).line())
 
@@ -440,7 +440,7 @@ def _random(probe: _Probe, count: int, seconds: float, seed: int = 0) -> None:
         try:
             outcome = mc.check_case(case)
         except Exception as error:
-            outcome = mc.Outcome(case, case.limit, False, 0, None, repr(error)[:200])
+            outcome = mc.Outcome(case, 0, 1, False, 0, None, repr(error)[:200])
         report.outcomes.append(outcome)
         print(outcome.line())
         probe.write(
@@ -451,8 +451,10 @@ def _random(probe: _Probe, count: int, seconds: float, seed: int = 0) -> None:
                 "dtype": case.dtype,
                 "semiring": case.semiring,
                 "gradient": case.gradient,
+                "asked": outcome.asked,
                 "limit": outcome.limit,
                 "refused": outcome.refused,
+                "sliced": outcome.sliced,
                 "peak": outcome.predicted,
                 "temp": outcome.temp,
                 "error": outcome.error,

@@ -43,6 +43,7 @@ from ._types import Cost, Step
 #   measured at ~1.1 ns per result entry plus 0.15 ns per operand entry.
 PEAK_PREFERENCE = CPU_DEFAULT.peak_preference  # per doubling (see ranking)
 LOG_SCALED_MAX_STEPS = 16  # mirrors _exec/_scaled.MAX_STEPS
+_PARTIAL_SUMS = 8  # a reduction's partial sums per result entry (see _steps_peak)
 ALIGNMENT = 64
 LOOP_BYTES = 1024
 
@@ -206,7 +207,8 @@ def peak_bytes(
         copies *= 2 if tangent else 1
     tiling = tiling_of(profile, itemsize)
     key = tuple(sorted(chunks))
-    peak, live = _steps_peak(body, key, tuple(local), tangent, tiling)
+    factor = profile.wide_step_factor if itemsize > 4 else 1.0
+    peak, live = _steps_peak(body, key, tuple(local), tangent, tiling, factor)
     block = _buffer(body.output, local, tiling)
     if tuple(_final_term(body)) != tuple(body.output) and chunks:
         peak = max(peak, live + block)  # the block in output order
@@ -215,13 +217,30 @@ def peak_bytes(
     if tangent:
         peak = _tangent_peak(body, sizes, chunks, peak, local, tiling)
     overheads = _buffer_overheads(body, sizes, chunks, tangent) + copies
-    return int(peak * itemsize) + overheads + _scratch(profile, itemsize, tangent)
+    scratch = _scratch(profile, body, bool(chunks), itemsize, tangent)
+    return int(peak * itemsize) + overheads + scratch
 
 
-def _scratch(profile: Profile, itemsize: int, tangent: bool) -> int:
-    """The program's scratch beyond its buffers (0 on a CPU or a GPU)."""
-    scratch = profile.wide_scratch_bytes if itemsize > 4 else profile.scratch_bytes
-    return scratch * (2 if tangent else 1)
+def _scratch(
+    profile: Profile, body: Body, sliced: bool, itemsize: int, tangent: bool
+) -> int:
+    """The program's scratch beyond its buffers (0 on a CPU or a GPU).
+
+    None for a program that neither reduces nor multiplies (a copy or a
+    transpose: no pre-reduced operand, no step, no loop); else the
+    profile's allowance for its class: plain (one pass, "sum", no
+    derivative) or not, element types of up to 4 bytes or wider.
+    """
+    reduced = any(
+        p != _unique(t) or len(set(t)) < len(t)
+        for t, p in zip(body.terms, body.prepared, strict=True)
+    )
+    if not (reduced or body.steps or sliced):
+        return 0
+    plain = not (sliced or tangent or body.semiring != "sum")
+    if itemsize > 4:
+        return profile.wide_scratch_bytes if plain else profile.wide_loop_scratch_bytes
+    return profile.scratch_bytes if plain else profile.loop_scratch_bytes
 
 
 def _buffer(term: Sequence[int], local: Sequence[int], tiling: Tiling) -> int:
@@ -236,11 +255,13 @@ def _steps_peak(
     local: tuple[int, ...],
     tangent: bool = False,
     tiling: Tiling = None,
+    factor: float = 1.0,
 ) -> tuple[int, int]:
     """Peak entries alive while a chunk's steps run, and those alive after them.
 
     Sliced, diagonal and pre-reduced operands are alive from the start; each
-    step adds its result and its transients, and frees the temporaries it read.
+    step adds its result and its transients (``factor`` times: see
+    ``Profile.wide_step_factor``), and frees the temporaries it read.
     ``chunks``: the sliced indices; ``tiling``: how buffers are padded (None:
     not). Cached: the planner costs each body's forward and derivative
     passes, which share it.
@@ -256,13 +277,18 @@ def _steps_peak(
     # A diagonal that is then summed is a buffer of its own before the sum
     # (XLA gathers it): measured on a CPU, b,aac-> (2; 8x8x100, float64) at
     # 1294 bytes compiled 6432, a,baa-> (4; 128x4x4) at 368 bytes 2112, and
-    # "log" a,adca-> (5; 5x17x5x5) at 380 bytes 2000.
-    diagonals = [
-        _buffer(_unique(term), local, tiling)
-        for term, prepared in zip(body.terms, body.prepared, strict=True)
-        if len(set(term)) < len(term) and prepared != _unique(term)
-    ]
-    peak = live + max(diagonals, default=0)
+    # "log" a,adca-> (5; 5x17x5x5) at 380 bytes 2000. And a sum keeps up to
+    # 8 partial sums of each result entry (XLA's CPU vectorizes it): bdc->c
+    # on 256x3x17 int32 held 544 bytes for a 68-byte result, cd->c on
+    # 100x128 1600 for 512.
+    transients = [0]
+    for term, prepared in zip(body.terms, body.prepared, strict=True):
+        if prepared == _unique(term):
+            continue
+        if len(set(term)) < len(term):
+            transients.append(_buffer(_unique(term), local, tiling))
+        transients.append(_PARTIAL_SUMS * _buffer(prepared, local, tiling))
+    peak = live + max(transients)
     ring = body.ring
     made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
     entries = _node_sizes(body, local, tiling)
@@ -273,6 +299,7 @@ def _steps_peak(
         if not chunks and s == len(body.steps) - 1 and step.result == body.output:
             size_out = 0  # the last step writes the output buffer itself
         transient = _step_transient(ring, step, left, right, local, tangent, tiling)
+        transient = int(transient * factor)
         peak = max(peak, live + transient + size_out)
         live += (
             size_out

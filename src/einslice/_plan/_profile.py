@@ -106,10 +106,18 @@ class Profile:
     min_buffer_bytes: int = 0
     # Temporary bytes a compiled program holds beyond the buffers the model
     # counts (on a TPU: scratch of reductions and loops, and of float64's
-    # emulation), for element types of at most 4 bytes and for wider ones
-    # (float64, complex64: "wide"); a derivative's program holds twice that.
+    # emulation; see _cost._scratch): a plain program (one pass, "sum", no
+    # derivative), and one that loops over chunks, runs another semiring or
+    # is a derivative; for element types of at most 4 bytes and for wider
+    # ones (float64, complex64: "wide"). None for a program without a
+    # reduction or a product (a copy, a transpose).
     scratch_bytes: int = 0
+    loop_scratch_bytes: int = 0
     wide_scratch_bytes: int = 0
+    wide_loop_scratch_bytes: int = 0
+    # A step's copies of its sides count this many times for wide element
+    # types (float64 emulated in float32 pairs: more copies, and larger).
+    wide_step_factor: float = 1.0
     # Element types narrower than this many bytes are computed in this width
     # (XLA's CPU backend computes bfloat16 and float16 in float32: copies of
     # the operands and buffers of 4 bytes an entry); 0: in their own width.
@@ -463,13 +471,16 @@ GPU_DEFAULT = Profile(
 # are tiled 8x128 (fewer rows for a dimension below 8), at least 512 bytes
 # each (203 shapes x dtypes reproduced exactly). A compiled program's
 # temporaries (memory_analysis) also hold scratch the buffers do not
-# explain, in 32 kB steps: reductions, scan loops, semirings and float64's
-# emulation (float32 pairs). Over 150 random small formulas the most seen
-# was 614 kB for 4-byte types (float32 "sum" and "max"), 1.00 MB for
-# float64 (1.52 MB for a gradient; `a,a->` on float64 4-vectors 516 kB
-# against a 384 B limit); scratch_bytes and wide_scratch_bytes allow about
-# twice that, so that limits below ~1 MB (2 MB in float64) are refused with
-# a MemoryLimitError naming one that compiles within itself.
+# explain, in ~32 kB steps: reductions, scan loops, semirings and float64's
+# emulation (float32 pairs). The most seen over 339 random small programs,
+# by class: 161 kB for a plain one of 4-byte types (one pass, "sum"), 614
+# kB for a loop, a "max"/"log" or a derivative; in float64 and complex64
+# 968 kB and 2.26 MB (`a,a->` on float64 4-vectors: 516 kB against a 384 B
+# limit); none in the 72 programs without a reduction or a product. The
+# allowances below are 1.6-2.2x those. And float64's emulated products can
+# hold far more than their sides: `ij,ij->` on two 2048x2048 float64
+# matrices, unsliced, compiled 537 MB, 16x one side (wide_step_factor 10
+# counts 20x); sliced into 10 chunks, 744 kB.
 TPU_MATMUL_RATES = {"default": 1.71e14, "high": 6.3e13, "highest": 3.06e13}
 TPU_DEFAULT = Profile(
     device_kind="tpu",
@@ -514,8 +525,11 @@ TPU_DEFAULT = Profile(
     buffer_lanes=128,
     buffer_sublanes=8,
     min_buffer_bytes=512,
-    scratch_bytes=2**20,
+    scratch_bytes=2**18,
+    loop_scratch_bytes=2**20,
     wide_scratch_bytes=2**21,
+    wide_loop_scratch_bytes=2**22,
+    wide_step_factor=10.0,
 )
 
 BUILT_IN = {"cpu": CPU_DEFAULT, "gpu": GPU_DEFAULT, "tpu": TPU_DEFAULT}
