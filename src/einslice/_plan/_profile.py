@@ -472,11 +472,11 @@ GPU_DEFAULT = Profile(
 # each (203 shapes x dtypes reproduced exactly). A compiled program's
 # temporaries (memory_analysis) also hold scratch the buffers do not
 # explain, in ~32 kB steps: reductions, scan loops, semirings and float64's
-# emulation (float32 pairs). The most seen over 339 random small programs,
+# emulation (float32 pairs). The most seen over 269 random small programs,
 # by class: 161 kB for a plain one of 4-byte types (one pass, "sum"), 614
 # kB for a loop, a "max"/"log" or a derivative; in float64 and complex64
 # 968 kB and 2.26 MB (`a,a->` on float64 4-vectors: 516 kB against a 384 B
-# limit); none in the 72 programs without a reduction or a product. The
+# limit); none in the 13 programs without a reduction or a product. The
 # allowances below are 1.6-2.2x those. And float64's emulated products can
 # hold far more than their sides: `ij,ij->` on two 2048x2048 float64
 # matrices, unsliced, compiled 537 MB, 16x one side (wide_step_factor 10
