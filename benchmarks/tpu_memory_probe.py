@@ -34,7 +34,7 @@ _LAYOUT = re.compile(r"([a-z]+[0-9]*)\[([0-9,]*)\]\{([^}]*)\}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("outdir")
     parser.add_argument("--random", type=int, default=150)
     parser.add_argument(
@@ -96,6 +96,7 @@ class _Probe:
             row["error"] = row["error"].splitlines()[0][:300]
             return self.write(row)
         m = compiled.memory_analysis()
+        assert m is not None, "this backend reports no memory analysis"
         text = compiled.as_text() or ""
         row = {
             "name": name,

@@ -344,7 +344,7 @@ def check_memory_promise(
 
     report = Report()
     start = time.perf_counter()
-    x64 = bool(jax.config.jax_enable_x64)
+    x64 = bool(jax.config.read("jax_enable_x64"))
     jax.config.update("jax_enable_x64", True)  # float64 cases are float64
     try:
         for case in random_cases(count, seed):
