@@ -243,6 +243,17 @@ def _scratch(
     return profile.scratch_bytes if plain else profile.loop_scratch_bytes
 
 
+def output_bytes(
+    body: Body, sizes: Sequence[int], itemsize: int, profile: Profile = CPU_DEFAULT
+) -> int:
+    """Bytes of a buffer of the output's shape on ``profile``'s device (padded).
+
+    What a loop's result held beside the derivative costs (_planner._hoist).
+    """
+    tiling = tiling_of(profile, itemsize)
+    return _buffer(body.output, sizes, tiling) * itemsize
+
+
 def _buffer(term: Sequence[int], local: Sequence[int], tiling: Tiling) -> int:
     """Entries a buffer of ``term``'s indices holds, padded as ``tiling`` says."""
     return buffer_entries(tuple(local[i] for i in term), tiling)

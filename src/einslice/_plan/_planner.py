@@ -16,7 +16,14 @@ from functools import lru_cache
 from math import prod
 
 from .._errors import EinsliceError, MemoryLimitError
-from ._cost import Body, cached_cost, chunked_sizes, evaluate, naive_flops
+from ._cost import (
+    Body,
+    cached_cost,
+    chunked_sizes,
+    evaluate,
+    naive_flops,
+    output_bytes,
+)
 from ._executors import EXECUTOR_FACTS
 from ._memory import format_bytes
 from ._order import Path, cached_steps, find_path, two_group_paths
@@ -609,7 +616,7 @@ def _finish(
     hoisted = 0
     if forward.chunks or tangent.chunks:
         hoisted, forward, tangent = _hoist(
-            body, sizes, itemsize, limit, forward, tangent
+            body, sizes, itemsize, limit, forward, tangent, profile
         )
     gradient_limit = _gradient_limit_of(request, tangent, probe)
     return _Parts(body, forward, hoisted, _Derived(tangent, gradient_limit))
@@ -645,8 +652,9 @@ def _tangent_slicing(
     again from ``seeds`` (the forward pass's chunks, which may slice indices
     of smaller nodes: a tree search's slices of a large network).
     """
-    output = body.output
-    room = 2 * itemsize * prod(sizes[i] for i in output) if hoistable_steps(body) else 0
+    room = (
+        2 * output_bytes(body, sizes, itemsize, profile) if hoistable_steps(body) else 0
+    )
 
     def cost(chunks: dict[int, int]) -> Cost:
         return cached_cost(body, sizes, chunks, itemsize, profile, tangent=True)
@@ -895,6 +903,7 @@ def _hoist(
     limit: int,
     forward: Slicing,
     tangent: Slicing,
+    profile: Profile,
 ) -> tuple[int, Slicing, Slicing]:
     """Hoist the final products out of the loop when the extra buffers fit.
 
@@ -904,7 +913,7 @@ def _hoist(
     count = hoistable_steps(body)
     if not count:
         return 0, forward, tangent
-    extra = itemsize * prod(sizes[i] for i in body.output)
+    extra = output_bytes(body, sizes, itemsize, profile)
     grown = [
         Slicing(
             s.chunks, replace(s.cost, peak_bytes=s.cost.peak_bytes + k * extra), s.fits
