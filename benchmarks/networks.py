@@ -12,45 +12,49 @@ complex gates.
 
 Methods, each in float32 (complex64 for QAOA) in this one process:
 
-- ``einslice``: ``einslice.plan(..., memory_limit=LIMIT)`` then the plan;
-- ``jnp-greedy``: ``jax.jit(jnp.einsum(..., optimize="greedy"))`` (no limit);
+- ``einslice``: ``einslice.plan(..., memory_limit=LIMIT)`` then the plan,
+  from empty tree caches; ``einslice-off``: the same with growth off
+  (``EINSLICE_GROW=0``), reported beside it, not a peer;
+- ``jnp-greedy``: ``jax.jit(jnp.einsum(..., optimize="greedy"))`` (no limit),
+  compiled ahead of time;
 - ``oe-numpy``: ``opt_einsum.contract_expression(..., optimize="auto-hq")`` on
   numpy arrays (no limit);
 - ``ctg-numpy`` / ``ctg-jax``: the tree of cotengra's
   ``HyperOptimizer(methods=["kahypar", "greedy"], slicing_reconf_opts=
   {"target_size": LIMIT in entries}, reconf_opts={})``, at most 32 trials and
-  ``--cotengra-seconds`` (one search shared by both backends), contracted
-  with ``tree.contract`` on numpy or jax arrays.
+  ``--cotengra-seconds`` (one search, counted once for each backend),
+  contracted with ``tree.contract`` on numpy or jax arrays.
 
-Per network and method: *warm*: median of up to 5 calls after the first
-(einslice: once its runner is steady, ``_run._TopLevelRun.steady``: a
-many-step plan runs its first calls in numpy on the host, until they have cost
-about its compile, then compiled for compile time, then optimized from its
-``_run.OPTIMIZE_AFTER_CALLS``-th compiled call, and a plan of the
-large-network search searches its tree again as its calls add up until that
-stops paying (docs/search.md, "Growing with use"): its steady state, as the
-peers' is; the calls before it are untimed, at most ``--max-seconds`` of them,
-and the plan column says how many calls and seconds of growth search it
-took); *e2e*: planning or path search + the first call (compile included
-where the first call compiles; einslice and cotengra from empty tree caches);
-*memory*: the method's temporary peak (einslice: its plan's prediction; jnp:
-XLA's compiled temporaries; opt_einsum and cotengra: the largest intermediate,
-sliced for cotengra, times the itemsize: a lower bound of theirs); *error*:
-max |result - reference| / max |reference| (einslice: of its last call), the
-reference a float64 (complex128) contraction by numpy on cotengra's tree
-(sliced to the limit).
+What a user pays for N calls (issue 36): each method's setup (planning, path
+search, an ahead-of-time compile) plus its first N calls, each timed to its
+result (compiles included where a call compiles), for N = 1, 10, 100 and
+10,000 (`HORIZONS`). The first 100 calls are always made (unless they would
+take more than 8x the method's budget: then marked); later calls stop at
+10,000 or once the calls have used ``--max-seconds`` (einslice) or
+``--peer-seconds`` (the others and ``einslice-off``), and a total past the
+calls made is the measured calls plus the rest at the median of the last of
+them (`Calls.total`, marked ``~`` in the tables). *worst*: the slowest call
+after the first. *memory*: the method's temporary peak (einslice: its
+plan's prediction; jnp: XLA's compiled temporaries; opt_einsum and
+cotengra: the largest intermediate, sliced for cotengra, times the
+itemsize: a lower bound of theirs); *error*: max |result - reference| /
+max |reference| of the last call, the reference a float64 (complex128)
+contraction by numpy on cotengra's tree (sliced to the limit).
 jnp.einsum and opt_einsum have no memory limit: they are not run where their
 own prediction of their temporaries is over ``PEER_MEMORY_CAP`` (3 GB; the
-machine is shared). A call running past ``--max-seconds`` is stopped (SIGALRM,
-between two Python operations) and reported as ``> max``.
+machine is shared). A call running past ``--call-limit`` (300 s) is stopped
+(SIGALRM, between two Python operations) and reported as ``> max``.
 
-Summary: per network, einslice's speed against the fastest peer (the peer's
-time ÷ einslice's; > 1: einslice is faster), and against the fastest peer whose
-memory stayed within the limit; geometric means over the networks.
+Summary: per network and N, the best peer's total ÷ einslice's (> 1:
+einslice is faster); geometric means over the networks, the lowest and
+those below 0.8x; and warm (the median of the last calls) against the
+fastest peer's.
 
 Usage:
     python benchmarks/networks.py [--quick] [--families randreg,lattice,...]
-        [--memory-limit 256MB] [--max-seconds 120] [--cotengra-seconds 30]
+        [--memory-limit 256MB] [--max-seconds 120] [--peer-seconds 10]
+        [--call-limit 300]
+        [--cotengra-seconds 30] [--fresh SEED] [--only NAME ...]
         [--out benchmarks/results/networks.md] [--list]
 """
 
@@ -78,8 +82,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 # their own prediction of their temporaries is above this: the machine is shared.
 PEER_MEMORY_CAP = 3 * 10**9
 START_LOAD = os.getloadavg()[0]
-METHODS = ("einslice", "jnp-greedy", "oe-numpy", "ctg-numpy", "ctg-jax")
-PEERS = METHODS[1:]
+METHODS = (
+    "einslice",
+    "einslice-off",
+    "jnp-greedy",
+    "oe-numpy",
+    "ctg-numpy",
+    "ctg-jax",
+)
+PEERS = METHODS[2:]
 
 
 # -- networks --------------------------------------------------------------------
@@ -356,59 +367,114 @@ def interleaved(network: Network, operands) -> list:
 
 
 class Stopped(Exception):
-    """A call ran past ``--max-seconds``."""
+    """A call ran past ``--call-limit``."""
 
 
 def _stop(signum, frame):
     raise Stopped
 
 
+HORIZONS = (1, 10, 100, 10_000)
+
+
+@dataclass
+class Calls:
+    """A method's calls, each timed to its result: what N calls cost.
+
+    Attributes:
+        setup: seconds before the first call (planning, path search, an
+            ahead-of-time compile), counted once.
+        times: each call's seconds, in order (the first includes what the
+            first call compiles).
+        value: the last call's result.
+    """
+
+    setup: float
+    times: list[float]
+    value: object = None
+
+    def total(self, n: int) -> tuple[float, bool]:
+        """(setup + the first ``n`` calls, whether measured): extrapolated
+        past the calls made at the median of the last of them (`tail`)."""
+        made = len(self.times)
+        if n <= made:
+            return self.setup + math.fsum(self.times[:n]), True
+        return self.setup + math.fsum(self.times) + (n - made) * self.tail(), False
+
+    def tail(self) -> float:
+        """The median of the last calls (half of them, at most 50; the
+        first call is left out when there are others)."""
+        later = self.times[1:] or self.times
+        return statistics.median(later[-max(1, min(50, len(later) // 2)) :])
+
+    def worst(self) -> float | None:
+        """The slowest call after the first (None: one call only)."""
+        return max(self.times[1:]) if len(self.times) > 1 else None
+
+
+def timed_calls(
+    call: Callable[[], object],
+    setup: float,
+    max_seconds: float,
+    budget: float | None = None,
+    calls: int = HORIZONS[-1],
+    measured: int = 100,
+) -> Calls:
+    """``call`` made up to ``calls`` times, each timed to its result.
+
+    The first ``measured`` calls are made (the horizons up to 100 are
+    measured, not extrapolated) unless they would take more than 8x
+    ``budget`` (default ``max_seconds``); later calls stop once all calls
+    have used ``budget``. A call running past ``max_seconds`` is stopped
+    (`Stopped`, raised when it is the first).
+    """
+    budget = max_seconds if budget is None else budget
+    signal.signal(signal.SIGALRM, _stop)
+    times: list[float] = []
+    value = None
+    try:
+        while len(times) < calls:
+            spent = math.fsum(times)
+            if len(times) >= measured and spent > budget:
+                break
+            left = measured - len(times)
+            if len(times) > 1 and math.fsum(times[1:]) + left * times[-1] > 8 * budget:
+                break  # (100 calls would take hours: report what was measured)
+            signal.setitimer(signal.ITIMER_REAL, max_seconds)
+            start = time.perf_counter()
+            value = call()
+            times.append(time.perf_counter() - start)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except Stopped:
+        if not times:
+            raise
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    return Calls(setup, times, value)
+
+
 def timed(
     call: Callable[[], object],
     max_seconds: float,
     repeats: int = 5,
-    settled: Callable[[], bool] = lambda: True,
 ):
     """(first value, first call's seconds, median of up to ``repeats`` later calls).
 
-    Untimed calls come between the first and the timed ones until
-    ``settled()`` says the next call runs the steady-state program.
-    Later calls stop once they have used ``max_seconds``; a call still running
-    after ``max_seconds`` raises `Stopped`.
+    A call still running after ``max_seconds`` raises `Stopped`.
     """
-    signal.signal(signal.SIGALRM, _stop)
-    signal.setitimer(signal.ITIMER_REAL, max_seconds)
-    try:
-        start = time.perf_counter()
-        value = call()
-        first = time.perf_counter() - start
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        start = time.perf_counter()
-        while not settled():
-            if time.perf_counter() - start + first > max_seconds:
-                break
-            call()
-        runs = []
-        for _ in range(repeats):
-            if sum(runs) + first > max_seconds:
-                break
-            signal.setitimer(signal.ITIMER_REAL, max_seconds)
-            start = time.perf_counter()
-            call()
-            runs.append(time.perf_counter() - start)
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    return value, first, statistics.median(runs) if runs else first
+    made = timed_calls(call, 0.0, max_seconds, 1 + repeats, 1 + repeats)
+    first = made.times[0]
+    return made.value, first, statistics.median(made.times[1:] or [first])
 
 
 def _forget_trees() -> None:
     """Empty einslice's plan and tree caches, in memory and on disk."""
     from einslice import _api
+    from einslice._exec import _run
     from einslice._plan import _cost, _equation, _order, _planner, _search
 
     os.environ["EINSLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="einslice-networks-")
-    for module in (_api, _planner, _search, _order, _cost, _equation):
+    for module in (_api, _planner, _search, _order, _cost, _equation, _run):
         for name in dir(module):
             clear = getattr(getattr(module, name), "cache_clear", None)
             if clear is not None:
@@ -420,71 +486,95 @@ def _dtypes(network: Network):
     return (np.complex64, np.complex128) if complex_ else (np.float32, np.float64)
 
 
-def run_einslice(network: Network, limit: int, max_seconds: float) -> dict:
+def run_einslice(
+    network: Network,
+    limit: int,
+    max_seconds: float,
+    budget: float | None = None,
+    grow: bool = True,
+) -> dict:
+    """einslice from empty caches: planning, then every call timed.
+
+    ``budget``: the calls' seconds (`timed_calls`); ``grow``: growth on (the
+    default) or off (``EINSLICE_GROW=0``).
+    """
     import jax.numpy as jnp
 
     import einslice
+    from einslice._exec._run import _top_level_run
+    from einslice._plan import _planner
 
     low, _ = _dtypes(network)
     ops = [jnp.asarray(a, dtype=low) for a in network.arrays]
-    from einslice._plan import _planner
-
     _forget_trees()
     searched = []  # the tree search's answer, when the planner ran it
 
     def recording(*args, **kwargs):
-        searched.append(search_tree(*args, **kwargs))
-        return searched[-1]
+        start = time.perf_counter()
+        searched.append((search_tree(*args, **kwargs), time.perf_counter() - start))
+        return searched[-1][0]
 
+    before = os.environ.get("EINSLICE_GROW")
+    os.environ["EINSLICE_GROW"] = "1" if grow else "0"
     search_tree, _planner.search_tree = _planner.search_tree, recording
     try:
         start = time.perf_counter()
         plan = einslice.plan(*interleaved(network, ops), memory_limit=limit)
         planning = time.perf_counter() - start
+        _planner.search_tree = search_tree
+        runner = _top_level_run(plan)  # (reads EINSLICE_GROW)
+        calls = timed_calls(
+            lambda: plan(*ops).block_until_ready(), planning, max_seconds, budget
+        )
     finally:
         _planner.search_tree = search_tree
-    # a many-step plan runs its first calls on the host, then compiled for
-    # compile time, then optimized: warm is its steady state, the last
-    from einslice._exec._run import _top_level_run
-
-    runner = _top_level_run(plan)
-    value, first, warm = timed(
-        lambda: plan(*ops).block_until_ready(),
-        max_seconds,
-        settled=lambda: runner.steady,
-    )
+        if before is None:
+            os.environ.pop("EINSLICE_GROW", None)
+        else:
+            os.environ["EINSLICE_GROW"] = before
+        _drain_background(max_seconds)
     note = (
         f"{len(plan.steps)} steps, {len(plan.chunks)} sliced, "
-        f"10^{math.log10(max(plan.flops, 1)):.1f} FLOPs"
+        f"10^{math.log10(max(plan.flops, 1)):.1f} FLOPs; planning {planning:.2f} s"
     )
-    for found in searched[:1]:  # (the first search; growth searches below)
+    for found, seconds in searched[:1]:  # (the first search; growth below)
         note += (
-            f"; tree by {found.by} ({found.trials} trials, est. "
-            f"{found.time * 1e3:.3g} ms; reference {found.reference_trials} "
-            f"trials, est. {found.reference_time * 1e3:.3g} ms)"
+            f" (search {seconds:.2f} s: tree by {found.by}, {found.trials} trials, "
+            f"est. {found.time * 1e3:.3g} ms; reference {found.reference_trials} "
+            f"trials)"
         )
-    growths = runner.growths
-    if growths:  # the error column: the plan the runner holds now
-        value = plan(*ops).block_until_ready()
-        held = runner.plan
+    hosted = getattr(runner, "host_calls", None)
+    note += f"; {len(calls.times)} calls" + (
+        f", {hosted} on the host" if hosted is not None else ""
+    )
+    if not runner.steady:  # (its later calls may run faster than its last)
+        note += ", not steady"
+    growths = getattr(runner, "growths", [])
+    if growths:
+        held = einslice.running_plan(plan)
         note += (
-            f"; {'steady' if runner.steady else 'not steady'} after "
-            f"{runner.top_calls} calls, {len(growths)} growth searches of "
+            f", {len(growths)} growth searches of "
             f"{sum(g.seconds for g in growths):.1f} s "
             f"({sum(g.switched for g in growths)} switched): est. "
             f"{held.cost.time * 1e3:.3g} ms, 10^{math.log10(max(held.flops, 1)):.1f} "
             "FLOPs"
         )
-    return {
-        "value": np.asarray(value),
-        "warm": warm,
-        "e2e": planning + first,
-        "memory": plan.peak_bytes,
-        "note": note,
-    }
+    return {"calls": calls, "memory": plan.peak_bytes, "note": note}
 
 
-def run_jnp_greedy(network: Network, limit: int, max_seconds: float) -> dict:
+def _drain_background(seconds: float) -> None:
+    """Wait (untimed) for einslice's background work, if it has any: growth
+    that runs beside the calls would otherwise take the next method's cores."""
+    try:
+        from einslice._exec import _background  # pyright: ignore
+    except ImportError:  # (growth on the call path: nothing to wait for)
+        return
+    _background.drain(seconds)
+
+
+def run_jnp_greedy(
+    network: Network, limit: int, max_seconds: float, budget: float | None = None
+) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -502,16 +592,15 @@ def run_jnp_greedy(network: Network, limit: int, max_seconds: float) -> dict:
     memory = getattr(analysis, "temp_size_in_bytes", None)
     if memory is not None and memory > PEER_MEMORY_CAP:
         return {"memory": memory, "note": f"not run: needs {memory / 1e9:.1f} GB"}
-    value, first, warm = timed(lambda: compiled(*ops).block_until_ready(), max_seconds)
-    return {
-        "value": np.asarray(value),
-        "warm": warm,
-        "e2e": setup + first,
-        "memory": memory,
-    }
+    calls = timed_calls(
+        lambda: compiled(*ops).block_until_ready(), setup, max_seconds, budget
+    )
+    return {"calls": calls, "memory": memory}
 
 
-def run_oe_numpy(network: Network, limit: int, max_seconds: float) -> dict:
+def run_oe_numpy(
+    network: Network, limit: int, max_seconds: float, budget: float | None = None
+) -> dict:
     import opt_einsum
 
     low, _ = _dtypes(network)
@@ -525,13 +614,8 @@ def run_oe_numpy(network: Network, limit: int, max_seconds: float) -> dict:
     memory = int(info.largest_intermediate) * ops[0].itemsize
     if memory > PEER_MEMORY_CAP:
         return {"memory": memory, "note": f"not run: needs {memory / 1e9:.1f} GB"}
-    value, first, warm = timed(lambda: expression(*ops), max_seconds)
-    return {
-        "value": np.asarray(value),
-        "warm": warm,
-        "e2e": setup + first,
-        "memory": memory,
-    }
+    calls = timed_calls(lambda: expression(*ops), setup, max_seconds, budget)
+    return {"calls": calls, "memory": memory}
 
 
 def cotengra_tree(network: Network, limit: int, itemsize: int, seconds: float):
@@ -565,7 +649,9 @@ def subscripts_symbol(i: int) -> str:
     return get_symbol(i)
 
 
-def run_cotengra(network, tree, search_seconds, backend, max_seconds) -> dict:
+def run_cotengra(
+    network, tree, search_seconds, backend, max_seconds, budget=None
+) -> dict:
     low, _ = _dtypes(network)
     if backend == "jax":
         import jax.numpy as jnp
@@ -578,11 +664,9 @@ def run_cotengra(network, tree, search_seconds, backend, max_seconds) -> dict:
         result = tree.contract(ops, backend=backend)
         return result.block_until_ready() if backend == "jax" else result
 
-    value, first, warm = timed(call, max_seconds)
+    calls = timed_calls(call, search_seconds, max_seconds, budget)
     return {
-        "value": np.asarray(value),
-        "warm": warm,
-        "e2e": search_seconds + first,
+        "calls": calls,
         "memory": int(tree.max_size()) * np.dtype(low).itemsize,
         # cotengra counts a multiply-add as one FLOP, einslice as two
         "note": f"{tree.nslices} slices, "
@@ -620,28 +704,32 @@ def measure(network: Network, limit: int, args) -> dict:
         for backend in ("numpy", "jax"):
             row[f"ctg-{backend}"] = {"note": _brief(failure)}
     try:
-        exact, _, _ = timed(lambda: reference(network, tree), args.max_seconds, 0)
+        exact, _, _ = timed(lambda: reference(network, tree), args.call_limit, 0)
         exact = np.asarray(exact)
     except Stopped:
         exact = None
+    stop, most, peer = args.call_limit, args.max_seconds, args.peer_seconds
     runs = {
-        "einslice": lambda: run_einslice(network, limit, args.max_seconds),
-        "jnp-greedy": lambda: run_jnp_greedy(network, limit, args.max_seconds),
-        "oe-numpy": lambda: run_oe_numpy(network, limit, args.max_seconds),
+        "einslice": lambda: run_einslice(network, limit, stop, most),
+        "einslice-off": lambda: run_einslice(network, limit, stop, peer, False),
+        "jnp-greedy": lambda: run_jnp_greedy(network, limit, stop, peer),
+        "oe-numpy": lambda: run_oe_numpy(network, limit, stop, peer),
     }
     for method, run in runs.items():
-        row[method] = _attempt(run, args.max_seconds)
+        row[method] = _attempt(run, stop)
     if tree is not None:
         for backend in ("numpy", "jax"):
             row[f"ctg-{backend}"] = _attempt(
                 lambda backend=backend: run_cotengra(
-                    network, tree, seconds, backend, args.max_seconds
+                    network, tree, seconds, backend, stop, peer
                 ),
-                args.max_seconds,
+                stop,
             )
     for result in row.values():
-        if "value" in result:
-            value = result.pop("value")
+        calls = result.get("calls")
+        if calls is not None:
+            value = np.asarray(calls.value)
+            calls.value = None
             result["error"] = None if exact is None else error(value, exact)
     return row
 
@@ -662,25 +750,28 @@ def _attempt(run, max_seconds: float) -> dict:
 # -- report ------------------------------------------------------------------------
 
 
-def speedups(
-    rows, limit: int, key: str
-) -> list[tuple[str, float | None, float | None]]:
-    """Per network: best peer's time ÷ einslice's (all peers; those in the limit)."""
-    out = []
-    for name, row in rows:
-        mine = row["einslice"].get(key)
-        peers = [row[m] for m in PEERS if row[m].get(key)]
-        within = [r for r in peers if (r.get("memory") or 0) <= limit]
-        best = min((r[key] for r in peers), default=None)
-        best_within = min((r[key] for r in within), default=None)
-        out.append(
-            (
-                name,
-                best / mine if mine and best else None,
-                best_within / mine if mine and best_within else None,
-            )
-        )
-    return out
+def totals(row: dict, n: int) -> dict[str, tuple[float, bool]]:
+    """Each method's (total for ``n`` calls, measured) where it ran."""
+    return {m: r["calls"].total(n) for m, r in row.items() if "calls" in r}
+
+
+def versus(row: dict, n: int, limit: int | None = None):
+    """(einslice's total ÷ ... the best peer's: ratio, best peer, its total).
+
+    ratio > 1: einslice is faster. ``limit``: peers whose memory stayed
+    within it only. None where einslice or every peer failed.
+    """
+    all_ = totals(row, n)
+    mine = all_.get("einslice")
+    peers = {
+        m: t
+        for m, t in all_.items()
+        if m in PEERS and (limit is None or (row[m].get("memory") or 0) <= limit)
+    }
+    if mine is None or not peers:
+        return None
+    best = min(peers, key=lambda m: peers[m][0])
+    return peers[best][0] / mine[0], best, peers[best][0]
 
 
 def geomean(values) -> float | None:
@@ -688,17 +779,36 @@ def geomean(values) -> float | None:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else None
 
 
-def cell(result: dict, key: str) -> str:
+def _seconds(total: tuple[float, bool]) -> str:
+    value, measured = total
+    return ("" if measured else "~") + f"{value:.3g}"
+
+
+def _ms(value: float | None) -> str:
+    return "—" if value is None else f"{value * 1e3:.3g}"
+
+
+def method_cell(result: dict, key: str) -> str:
     if "stopped" in result:
-        return f"> {result['stopped']:.0f}"
-    if key not in result or result[key] is None:
-        return "—" if "note" not in result else "err"
-    value = result[key]
+        return f"> {result['stopped']:.0f} s"
     if key == "memory":
-        return f"{value / 1e6:.1f}"
+        value = result.get("memory")
+        return "—" if value is None else f"{value / 1e6:.1f}"
     if key == "error":
-        return f"{value:.0e}"
-    return f"{value:.3g}"
+        value = result.get("error")
+        return "—" if value is None else f"{value:.0e}"
+    calls = result.get("calls")
+    if calls is None:
+        return "err" if "note" in result else "—"
+    if key == "setup":
+        return f"{calls.setup:.3g}"
+    if key == "calls":
+        return str(len(calls.times))
+    if key == "warm":
+        return _ms(calls.tail())
+    if key == "worst":
+        return _ms(calls.worst())
+    return _seconds(calls.total(int(key)))
 
 
 def report(rows, networks_by_name, limit_text: str, limit: int, command: str) -> str:
@@ -715,58 +825,108 @@ def report(rows, networks_by_name, limit_text: str, limit: int, command: str) ->
             jax.devices()[0],
             (
                 f"- load average when the first network began {START_LOAD:.2f}, "
-                f"at the last row {os.getloadavg()[0]:.2f}: the machine "
-                "was shared with other jobs (a CI run, other sessions), so times "
-                "drift; ratios within a row were measured minutes apart",
+                f"at the last row {os.getloadavg()[0]:.2f}",
             ),
         ),
         "",
-        "Times in seconds (warm: median after the first call; e2e: planning or "
-        "search + first call, compile included); memory: each method's "
-        "temporary peak in MB (see the script's docstring); error: max abs error "
-        "÷ max |result| against a float64 contraction. *speed*: the fastest "
-        "peer's time ÷ einslice's (> 1: einslice faster); *in limit*: among peers "
-        "whose memory stayed within the limit.",
+        "What a user pays for N calls: planning or path search (and an "
+        "ahead-of-time compile: jnp) + N calls, each timed to its result, "
+        "compiles included where a call compiles. *ratio*: the best peer's "
+        "total ÷ einslice's (> 1: einslice is faster), the best peer named. "
+        "Totals up to 100 calls are measured; past the calls made (the "
+        "*calls* column of the second table: up to 10,000, until the "
+        "method's calls have used `--max-seconds` for einslice, "
+        "`--peer-seconds` for the others), a total is the measured calls "
+        "plus the rest at the median of the last of them, marked `~`. "
+        "*worst*: the slowest call after the first, in ms (einslice with "
+        "growth on, and off: `EINSLICE_GROW=0`).",
         "",
     ]
-    head = ["network", "family", "tensors"]
-    for m in METHODS:
-        head += [f"{m} warm", f"{m} e2e", f"{m} MB", f"{m} err"]
-    head += ["speed warm", "in limit", "speed e2e", "in limit"]
-    head += ["einslice plan", "cotengra tree"]
+    head = ["network", "tensors"]
+    for n in HORIZONS:
+        head += [f"N={n:,} einslice s", "best peer s", "ratio"]
+    head += ["worst ms: einslice", "growth off", "best peer (10^4)"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    warm = dict((n, (a, b)) for n, a, b in speedups(rows, limit, "warm"))
-    e2e = dict((n, (a, b)) for n, a, b in speedups(rows, limit, "e2e"))
+    ratios: dict[int, list[tuple[str, float]]] = {n: [] for n in HORIZONS}
     for name, row in rows:
         net = networks_by_name[name]
-        cells = [name, net.family, str(len(net.terms))]
-        for m in METHODS:
-            cells += [cell(row[m], k) for k in ("warm", "e2e", "memory", "error")]
-        for a, b in (warm[name], e2e[name]):
-            cells += [f"{a:.2f}" if a else "—", f"{b:.2f}" if b else "—"]
-        cells.append(row["einslice"].get("note", ""))
-        cells.append(row["ctg-numpy"].get("note", ""))
+        cells = [name, str(len(net.terms))]
+        for n in HORIZONS:
+            found = versus(row, n)
+            mine = totals(row, n).get("einslice")
+            if found is None or mine is None:
+                cells += ["—", "—", "—"]
+                continue
+            ratio, best, _ = found
+            ratios[n].append((name, ratio))
+            peer = totals(row, n)[best]
+            cells += [
+                _seconds(mine),
+                f"{_seconds(peer)} ({best})",
+                f"**{ratio:.2f}**" if ratio < 0.8 else f"{ratio:.2f}",
+            ]
+        last = versus(row, HORIZONS[-1])
+        cells += [
+            method_cell(row["einslice"], "worst"),
+            method_cell(row["einslice-off"], "worst"),
+            "—" if last is None else method_cell(row[last[1]], "worst"),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
-    for label, table in (("warm", warm), ("end to end", e2e)):
-        everyone = geomean(a for a, _ in table.values())
-        within = geomean(b for _, b in table.values())
+    for n in HORIZONS:
+        values = ratios[n]
+        if not values:
+            continue
+        mean = geomean(r for _, r in values)
+        low = min(values, key=lambda v: v[1])
+        below = [f"{k} {r:.2f}" for k, r in values if r < 0.8]
         lines.append(
-            f"- geometric mean speed, {label}: "
-            + (f"{everyone:.2f}x" if everyone else "—")
-            + " against the fastest peer, "
-            + (f"{within:.2f}x" if within else "—")
-            + " against the fastest peer within the limit "
-            + f"({len(table)} networks)"
+            f"- N = {n:,}: geometric mean {mean:.2f}x the best peer's total over "
+            f"{len(values)} networks; lowest {low[0]} {low[1]:.2f}x; "
+            + (f"below 0.8x: {', '.join(below)}" if below else "none below 0.8x")
         )
-    notes = [
-        f"- {name} {m}: {row[m]['note']}"
-        for name, row in rows
-        for m in PEERS
-        if row[m].get("note") and "warm" not in row[m]
+    warm = [
+        row[best]["calls"].tail() / row["einslice"]["calls"].tail()
+        for _, row in rows
+        if "calls" in row["einslice"]
+        for best in [
+            min(
+                (m for m in PEERS if "calls" in row[m]),
+                key=lambda m: row[m]["calls"].tail(),
+                default=None,
+            )
+        ]
+        if best is not None
     ]
-    if notes:
-        lines += ["", "Failures:", "", *notes]
+    mean = geomean(warm)
+    if mean:
+        lines.append(
+            f"- warm (the median of each method's last calls): geometric mean "
+            f"{mean:.2f}x the fastest peer's"
+        )
+    lines += [
+        "",
+        "Per method: setup (planning, path search, ahead-of-time compile) in "
+        "s; totals for N calls in s; *calls*: how many were made; *warm*: "
+        "the median of the last calls, ms; *worst*: the slowest call after "
+        "the first, ms; memory: the temporary peak in MB (see the script's "
+        "docstring); error: max abs error ÷ max |result| against a float64 "
+        "contraction, of the last call.",
+        "",
+    ]
+    head = ["network", "method", "setup s"]
+    head += [f"N={n:,} s" for n in HORIZONS]
+    head += ["calls", "warm ms", "worst ms", "MB", "err", "note"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, row in rows:
+        for method, result in row.items():
+            cells = [name, method, method_cell(result, "setup")]
+            cells += [method_cell(result, str(n)) for n in HORIZONS]
+            cells += [
+                method_cell(result, k) for k in ("calls", "warm", "worst", "memory")
+            ]
+            cells += [method_cell(result, "error"), result.get("note", "")]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -776,8 +936,25 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a small subset")
     parser.add_argument("--families", help="comma-separated families to run")
     parser.add_argument("--only", nargs="*", help="network names to run")
-    parser.add_argument("--max-seconds", type=float, default=120.0)
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=120.0,
+        help="the calls' seconds of einslice (growth on)",
+    )
+    parser.add_argument(
+        "--call-limit",
+        type=float,
+        default=300.0,
+        help="a call running longer is stopped",
+    )
     parser.add_argument("--cotengra-seconds", type=float, default=30.0)
+    parser.add_argument(
+        "--peer-seconds",
+        type=float,
+        default=10.0,
+        help="the calls' seconds of each peer (and of einslice, growth off)",
+    )
     parser.add_argument("--list", action="store_true", help="list the networks")
     parser.add_argument(
         "--fresh",

@@ -22,7 +22,7 @@ from ._errors import (
 )
 from ._exec import _choose, _semiring
 from ._exec._calibrate import current_profile, platform
-from ._exec._run import _run, execute_plan
+from ._exec._run import _run, execute_plan, tune_later
 from ._exec._semiring import Config
 from ._exec._shard import Target, in_place
 from ._exec._step import take_diagonals
@@ -153,6 +153,7 @@ def einsum(
             profile=profile,
             precision=precision,
             gradient=gradient,
+            background=True,
         )
         return execute_plan(p, arrays, precision, preferred_element_type)
 
@@ -480,6 +481,7 @@ def _plan(
     precision=None,
     gradient: bool = False,
     tree: Found | None = None,
+    background: bool = False,
 ) -> Plan:
     """Plan for these operands (arrays or ShapeDtypeStructs) and devices.
 
@@ -487,7 +489,9 @@ def _plan(
     memory limit parsed or defaulted, less the operands' promotion copies;
     the profile at the call's precision); the planner makes the plan from
     it, and the choosing stage may pick another of its ranked plans
-    (``tune=``). ``tree``: a contraction tree searched already
+    (``tune=``); with ``background`` (``einsum``'s calls) ``"auto"``
+    measures off the call path (``_run.tune_later``). ``tree``: a
+    contraction tree searched already
     (``einslice.pgm``'s), taken instead of searching; a ``Found`` passed as
     ``optimize`` is taken so too.
 
@@ -548,7 +552,7 @@ def _plan(
         # wisdom for the default limit is kept as "default": the limit itself
         # depends on the free memory, which differs from one process to the next
         limit_key = "default" if memory_limit is None else limit
-        made, p = p, _tuned(p, request, arrays, tune, limit_key, pet)
+        made, p = p, _tuned(p, request, arrays, tune, limit_key, pet, background)
         if p is not made and p == made:  # (the same plan, its choice noted)
             remember_growable(p, request)
     return p
@@ -600,7 +604,13 @@ def _checked_profile(profile: object) -> Profile:
 
 
 def _tuned(
-    p: Plan, request: PlanRequest, arrays, tune: str, limit_key: object, pet
+    p: Plan,
+    request: PlanRequest,
+    arrays,
+    tune: str,
+    limit_key: object,
+    pet,
+    background: bool = False,
 ) -> Plan:
     """``p``, or the candidate that tuning picks (see ``_exec/_choose.py``)."""
     config = Config(request.precision, pet)
@@ -610,6 +620,7 @@ def _tuned(
         run=lambda plan, ops: _run(plan, config, *ops),
         limit_key=limit_key,
         platform=platform(),
+        later=tune_later(p, config, arrays) if background else None,
     )
     return _choose.choose(p, tune, tuning).plan
 

@@ -102,7 +102,9 @@ def test_kahypar_trees_are_complete_and_built_in_this_process(monkeypatch):
     assert tree.is_complete()
 
 
-@pytest.mark.parametrize("seed", [0, 5])
+# (seeds whose networks need slicing at 2**13 bytes: seed 0's greedy tree,
+# sliced to fit by the quick trees, runs unsliced within it)
+@pytest.mark.parametrize("seed", [5, 7])
 def test_results_equal_a_float64_numpy_contraction(seed):
     equation = randreg_equation(30, 3, d_min=2, d_max=3, seed=seed)
     terms, output, sizes = _network(equation)
@@ -192,7 +194,20 @@ def _mps_inner(sites, phys, bond):
 NEVER_WORSE_SLOW_CASES = [("mps-300", _mps_inner(150, 16, 128), 256 * 10**6, 0)]
 
 
-def _never_worse(equation, limit, seed):
+def _searched_as_before(monkeypatch):
+    """The search runs wherever its tree is not cheap (rule 0 alone): these
+    networks' quick trees cost less than the minimum trials, which a first
+    search no longer spends (`_search.search_pays`), and the guarantees
+    tested are those of a search that runs."""
+    monkeypatch.setattr(
+        _search,
+        "search_pays",
+        lambda spend, n, semiring="sum": not _search.cheap(spend, n),
+    )
+
+
+def _never_worse(equation, limit, seed, monkeypatch):
+    _searched_as_before(monkeypatch)
     terms, output, sizes = _network(equation)
     found = search_tree(terms, output, sizes, 4, limit, seed=seed)
     assert found.trials > 0, "meant to be searched, not the quick greedy tree"
@@ -235,22 +250,23 @@ needs_seeded_greedy = pytest.mark.skipif(
 @needs_seeded_greedy
 @pytest.mark.parametrize(("name", "equation", "limit", "seed"), NEVER_WORSE_CASES)
 def test_the_search_is_never_worse_than_cotengras_at_the_same_budget(
-    name, equation, limit, seed
+    name, equation, limit, seed, monkeypatch
 ):
     # The trees are scored as the search scores them: einslice's estimated time
     # under the limit, penalised per doubling of a peak over it.
-    _never_worse(equation, limit, seed)
+    _never_worse(equation, limit, seed, monkeypatch)
 
 
 @needs_seeded_greedy
 @pytest.mark.parametrize(("name", "equation", "limit", "seed"), NEVER_WORSE_SLOW_CASES)
 def test_large_searches_are_never_worse_than_cotengras_at_the_same_budget(
-    name, equation, limit, seed
+    name, equation, limit, seed, monkeypatch
 ):
-    _never_worse(equation, limit, seed)
+    _never_worse(equation, limit, seed, monkeypatch)
 
 
-def test_a_tree_from_cotengras_reference_gives_float64_results():
+def test_a_tree_from_cotengras_reference_gives_float64_results(monkeypatch):
+    _searched_as_before(monkeypatch)
     equation = randreg_equation(30, 3, d_min=10, d_max=16, seed=1)
     terms, output, sizes = _network(equation)
     output = terms[0][:1]  # a vector, not just a scalar
@@ -333,11 +349,18 @@ def test_found_trees_are_cached_on_disk_and_corrupt_files_ignored(
 def test_a_cheap_network_stops_after_the_minimum_of_trials():
     # Searching longer than the tree takes to run cannot pay: a ring of 20
     # 512x512 matrices (~17 ms estimated: above the quick-tree share of a
-    # trial, below 13 trials) gets ceil(MIN_TENSOR_TRIALS / 20) trials, not
-    # its budget.
+    # trial, below 13 trials) takes its quick tree on a first search (the
+    # minimum trials would cost more than one run of it), and with a budget
+    # a little above them (a growth search's) the trials that budget affords
+    # and one more (rule 2 stops once they cost more), not its 32 trials.
     terms = [(i, (i + 1) % 20) for i in range(20)]
-    found = search_tree(terms, (), [512] * 20, 4, 2**30, trials=32, patience=32)
-    assert found.trials == math.ceil(_search.MIN_TENSOR_TRIALS / 20)
+    least = _search.least_search_cost(20)
+    first = search_tree(terms, (), [512] * 20, 4, 2**30, trials=32, patience=32)
+    assert first.trials == 0 and first.time < least
+    found = search_tree(
+        terms, (), [512] * 20, 4, 2**30, trials=32, patience=32, budget=least * 1.05
+    )
+    assert found.trials == math.ceil(_search.MIN_TENSOR_TRIALS / 20) + 1
 
 
 def test_a_30_tensor_search_takes_well_under_a_second():
@@ -502,6 +525,7 @@ def test_a_search_never_returns_a_tree_worse_than_the_quick_one(monkeypatch):
     (terms, output, sizes), quick = _cheap_for_one_run_only()
     worse = _search.Found(quick.path, (), quick.flops, quick.time * 2, 3, 1)
     monkeypatch.setattr(_search, "cheap", lambda seconds, n: False)  # search
+    monkeypatch.setattr(_search, "search_pays", lambda *args: True)
     monkeypatch.setattr(_search, "_search", lambda *a, **k: (worse, True))
     found = search_tree(terms, output, sizes, 4, 2**28)
     assert (found.path, found.time, found.trials) == (quick.path, quick.time, 3)
@@ -581,8 +605,28 @@ def test_an_annealed_tree_is_searched_only_where_the_best_tree_is_dear(monkeypat
         _search, "_annealed", lambda *a, **k: calls.append(a) or annealing(*a, **k)
     )
     monkeypatch.setattr(_search, "cheap", lambda seconds, n: False)  # search
+    monkeypatch.setattr(_search, "search_pays", lambda *args: True)
     found = search_tree(terms, output, sizes, 4, limit, trials=2)
     assert len(calls) == 1 and found.peak_bytes <= limit
     assert not _search.better(annealed, found, limit, CPU_DEFAULT)
     plan = einslice.plan(*_interleaved(terms, output, sizes), memory_limit=limit)
     assert plan.peak_bytes <= limit
+
+
+def test_greedy_trees_over_the_limit_are_sliced_to_fit_without_a_search():
+    # Neither greedy tree of this network fits 8 kB: the faster is sliced by
+    # cotengra to fit (no trials), and, estimated far below the minimum
+    # trials' cost, it ends a first search.
+    equation = randreg_equation(30, 3, d_min=2, d_max=3, seed=5)
+    terms, output, sizes = _network(equation)
+    output = terms[0][:1]
+    limit = 2**13
+    quick = _search._quick_trees(
+        terms, output, sizes, 8, limit, "sum", CPU_DEFAULT, None, 0
+    )
+    assert quick is not None and quick.sliced and quick.trials == 0
+    assert quick.peak_bytes <= limit
+    unsliced = _search.estimate(terms, output, sizes, 8, "sum", quick.path, {})
+    assert unsliced.peak_bytes > limit
+    found = search_tree(terms, output, sizes, 8, limit)
+    assert found == quick

@@ -13,7 +13,7 @@ import statistics
 import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
 
 import jax
@@ -32,7 +32,8 @@ from .._plan._search import (
     least_search_cost,
 )
 from .._plan._types import Plan, register_runner
-from ._choose import host_first_seconds
+from . import _background
+from ._choose import Later, host_first_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, compile_seconds, executor_of
 from ._semiring import Config
@@ -388,6 +389,21 @@ class _TopLevelRun:
         run = self.first if self.calls < OPTIMIZE_AFTER_CALLS else self.later
         return run(p, config, *args)
 
+    def adopt(self, chosen: Plan, config: Config, args: tuple) -> None:
+        """Run ``chosen`` from the next call on (tuning's winner, `tune_later`).
+
+        Its program is compiled here first (on the caller's thread, the
+        background one), so that no call waits for it.
+        """
+        first = _jitted(compile_options(chosen))
+        _background.jax_work(
+            lambda: jax.block_until_ready(first(chosen, config, *args))
+        )
+        self.later = _jitted(compile_options(chosen, optimized=True))
+        self.first = first
+        self.host_budget = 0.0  # (compiled already: no host runs first)
+        self.plan = chosen
+
     def _grow(self, config: Config, args: tuple) -> None:
         """Search again with this call's budget; time the plans; keep the fastest."""
         assert self.request is not None
@@ -497,6 +513,44 @@ def timed_programs(
             jax.block_until_ready(program(plan, config, *args))
             times[k].append(time.perf_counter() - start)
     return [Timing(statistics.median(t), f) for t, f in zip(times, first, strict=True)]
+
+
+def tune_later(best: Plan, config: Config, args: Sequence) -> Later:
+    """What takes ``tune="auto"``'s measurement of ``best``'s call off the call path.
+
+    The measurement runs on the background thread (``_background``); when
+    it picks another plan than ``best``, that plan is compiled there and
+    ``best``'s calls outside a trace run it from then on
+    (`_TopLevelRun.adopt`); the choice is remembered as wisdom either way.
+    A measurement stopped by the process's exit changes nothing; one that
+    fails warns.
+    """
+
+    def later(measure: Callable[[], Plan]) -> None:
+        def job() -> None:
+            try:
+                chosen = measure()
+                if chosen != best:
+                    _top_level_run(best).adopt(chosen, config, tuple(args))
+            except _background.Exiting:
+                pass
+            except Exception as error:  # (no call may fail for it)
+                try:
+                    warnings.warn(
+                        f"einslice: measuring the candidate plans failed "
+                        f"({error!r}); calls keep the estimate's plan.",
+                        RuntimeWarning,
+                        stacklevel=1,
+                    )
+                except Warning:  # (a filter that raises: dropped)
+                    pass
+
+        try:
+            _background.submit(job)
+        except RuntimeError:  # (no new work while the interpreter exits)
+            pass
+
+    return later
 
 
 def _host_call(p: Plan, config: Config, operands) -> bool:

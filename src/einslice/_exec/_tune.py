@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from statistics import median
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -37,24 +38,40 @@ _ROUNDS = 15
 _TIMING_BUDGET_SECONDS = 0.5
 
 Runner = Callable[[Plan, Sequence], jax.Array]
+T = TypeVar("T")
+
+
+Guard = Callable[[Callable[[], T]], T]
+
+
+def _unguarded(work: Callable[[], T]) -> T:
+    return work()
 
 
 def measure(
-    plans: tuple[Plan, ...], arrays: Sequence, run: Runner, signature: str
+    plans: tuple[Plan, ...],
+    arrays: Sequence,
+    run: Runner,
+    signature: str,
+    guard: Guard = _unguarded,
 ) -> Plan:
     """Compile and time each plan; the fastest within the limit, with a Choice.
 
     A sliced plan estimated to run ``_TIMING_BUDGET_SECONDS`` or more is
     timed on a probe of a few of its chunks (``_plan/_probe.py``), scaled by
     its chunk count; the whole plan is then compiled only if it wins, to
-    check its temporaries against the limit.
+    check its temporaries against the limit. Each compile and each round of
+    timing runs through ``guard`` (``_background.jax_work`` off the call
+    path: at exit it raises there, and nothing is remembered).
     """
     start = time.perf_counter()
-    operands = [_concrete(x) for x in arrays]
-    timed = [_prepare_timing(plan, operands, run) for plan in plans]
+    operands = guard(lambda: [_concrete(x) for x in arrays])
+    timed = [
+        guard(lambda plan=plan: _prepare_timing(plan, operands, run)) for plan in plans
+    ]
     notes = [t.note for t in timed]
     medians = _interleaved_medians(
-        [t.program for t in timed], [t.operands for t in timed]
+        [t.program for t in timed], [t.operands for t in timed], guard
     )
     seconds = [
         None if m is None else m * t.scale for m, t in zip(medians, timed, strict=True)
@@ -64,7 +81,9 @@ def measure(
         if not timed[k].probed:
             chosen = k
             break
-        whole, rejected = _compile_within_limit(plans[k], operands, run)
+        whole, rejected = guard(
+            lambda k=k: _compile_within_limit(plans[k], operands, run)
+        )
         if whole is not None:
             chosen = k
             break
@@ -164,7 +183,7 @@ def _compile_within_limit(plan: Plan, operands: list, run: Runner):
 
 
 def _interleaved_medians(
-    compiled: Sequence, operands: Sequence[list]
+    compiled: Sequence, operands: Sequence[list], guard: Guard = _unguarded
 ) -> list[float | None]:
     """Median seconds per compiled program on its operands (None: no program).
 
@@ -174,10 +193,11 @@ def _interleaved_medians(
     one after another once picked a 0.24 ms plan over a 0.2 ms one that a
     burst had made read 7.6 ms). A program whose first call takes
     ``_TIMING_BUDGET_SECONDS`` or more is timed by that call alone; the first
-    call of the others is their warm-up.
+    call of the others is their warm-up. Each program's first call, and
+    each round, runs through ``guard``.
     """
     first = [
-        None if c is None else _seconds(c, ops)
+        None if c is None else guard(lambda c=c, ops=ops: _seconds(c, ops))
         for c, ops in zip(compiled, operands, strict=True)
     ]
     times: list[list[float]] = [[] if s is None else [s] for s in first]
@@ -191,8 +211,12 @@ def _interleaved_medians(
         if round_ and time.perf_counter() > deadline:
             break
         turn = round_ % len(short)
-        for k in short[turn:] + short[:turn]:
-            times[k].append(_seconds(compiled[k], operands[k]))
+
+        def one_round(turn=turn) -> None:
+            for k in short[turn:] + short[:turn]:
+                times[k].append(_seconds(compiled[k], operands[k]))
+
+        guard(one_round)
     return [median(t) if t else None for t in times]
 
 

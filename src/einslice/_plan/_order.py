@@ -294,6 +294,32 @@ def label_indices(n_indices: int) -> dict[str, int]:
     return {label(i): i for i in range(n_indices)}
 
 
+@lru_cache(maxsize=1024)
+def jnp_greedy_path(
+    terms: tuple[tuple[int, ...], ...],
+    output: tuple[int, ...],
+    sizes: tuple[int, ...],
+) -> Path:
+    """The path ``jnp.einsum(..., optimize="greedy")`` takes for these terms.
+
+    opt_einsum's ``contract_path`` on the subscripts string, as jnp.einsum
+    calls it (opt_einsum's symbols, each term's indices in its order):
+    the plain lowering (executor "xla") along this path compiles jnp's own
+    program. (`find_path`'s "greedy" runs the same path finder on sets of
+    indices, whose ties may break another way.)
+
+    Example:
+        >>> jnp_greedy_path(((0, 1), (1, 2), (2, 3)), (0, 3), (2, 3, 4, 5))
+        ((1, 2), (0, 1))
+    """
+    symbol = opt_einsum.get_symbol
+    inputs = ",".join("".join(symbol(i) for i in t) for t in terms)
+    text = f"{inputs}->{''.join(symbol(i) for i in output)}"
+    shapes = [tuple(sizes[i] for i in t) for t in terms]
+    path, _ = opt_einsum.contract_path(text, *shapes, shapes=True, optimize="greedy")
+    return normalize_path(cast("Sequence[object]", path))
+
+
 @lru_cache(maxsize=8192)
 def _named_path(
     terms: tuple[tuple[int, ...], ...],

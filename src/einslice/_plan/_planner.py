@@ -26,13 +26,20 @@ from ._cost import (
 )
 from ._executors import EXECUTOR_FACTS
 from ._memory import format_bytes
-from ._order import Path, cached_steps, find_path, two_group_paths
+from ._order import Path, cached_steps, find_path, jnp_greedy_path, two_group_paths
 from ._profile import Profile
 from ._request import PlanRequest
 from ._search import PLAN_RUNS, TreeSearch, search_tree
 from ._search import Found as SearchFound
 from ._semiring import semiring_named
-from ._slice import Slicing, biased_ranking, choose_slicing, spread_chunks
+from ._slice import (
+    EXPLORE_MIN_SECONDS,
+    REPLANNED_EXPLORE_MIN_SECONDS,
+    Slicing,
+    biased_ranking,
+    choose_slicing,
+    spread_chunks,
+)
 from ._types import ONE_DEVICE, Cost, Derivative, Equation, Plan
 
 # "auto"-style named strategies re-plan the path for each chunking (cheap for
@@ -94,7 +101,47 @@ def make_plan(request: PlanRequest) -> Plan:
     """
     plan = _plan_of(request, _planned(request))
     remember_growable(plan, request)
-    return plan
+    return _peer_path(request, plan) or plan
+
+
+# Two trees whose estimates differ by less than this share are a tie: the
+# model cannot tell them apart. On a TPU v5e (benchmarks/results/
+# unsliced_parity.md) Tucker's tie (the same FLOPs and traffic, another
+# order) ran 2.75x slower along einslice's tree than along jnp.einsum's
+# greedy one, while the seed formula at n=512, estimated 0.8% faster along
+# einslice's tree, ran 1.14x faster there.
+PATH_TIE = 1e-6
+
+
+def _peer_path(request: PlanRequest, plan: Plan) -> Plan | None:
+    """The plan along ``jnp.einsum``'s greedy path, where the model ties them.
+
+    Where the profile runs unsliced plans as ``jnp.einsum`` does (its
+    ``unsliced_executor`` is "xla"), ``plan`` runs on it, and its path was
+    einslice's to choose (``optimize="auto"``, no tree given): a plan along
+    the path ``jnp.einsum(optimize="greedy")`` takes (`jnp_greedy_path`),
+    when it too runs unsliced on "xla" and is estimated within `PATH_TIE`
+    of ``plan``. Its program is then jnp's own, bit for bit. None otherwise.
+    """
+    if not (
+        plan.executor == "xla"
+        and request.profile.unsliced_executor == "xla"
+        and request.optimize in ("auto", True)
+        and request.tree is None
+    ):
+        return None
+    eq = request.equation
+    path = jnp_greedy_path(eq.terms, eq.output, eq.sizes)
+    if path == tuple(tuple(pair) for pair in plan.path):
+        return None
+    peer = replace(request, optimize=path)
+    try:
+        other = _plan_of(peer, _planned(peer))
+    except EinsliceError:  # (a limit its derivative does not fit)
+        return None
+    if other.executor != "xla" or other.cost.time > plan.cost.time * (1 + PATH_TIE):
+        return None
+    return other
 
 
 # The requests of plans whose tree may grow (`growable`), by the plan's
@@ -267,6 +314,22 @@ class Deferred:
         """The plan's `Derivative` (its figures with the promotion copies)."""
         return _plan_derivative(self)
 
+    def unsliced_peak(self) -> int:
+        """The derivative's predicted peak unsliced, with the promotion copies.
+
+        One cost evaluation, not the derivative's slicing search.
+        """
+        request = self.request
+        cost = cached_cost(
+            self.body,
+            request.equation.sizes,
+            {},
+            request.itemsize,
+            request.profile,
+            tangent=True,
+        )
+        return cost.peak_bytes + 2 * request.cast_bytes
+
 
 @lru_cache(maxsize=1024)
 def _deferred_parts(deferred: Deferred) -> _Derived:
@@ -311,13 +374,18 @@ def _derivative_of(derived: _Derived, cast: int) -> Derivative:
     )
 
 
-def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") -> Plan:
+def _plan_of(request: PlanRequest, parts: _Parts, executor: str | None = None) -> Plan:
     """The one place a `Plan` is made: ``parts`` and what ``request`` says.
 
     The operands' promotion copies (``cast_bytes``) are temporaries too: the
     forward pass holds each copy, the derivative each copy and its tangent.
     A deferred derivative stays deferred (the plan holds `Deferred`).
+    ``executor`` None: the default one (`default_executor`).
     """
+    if executor is None:
+        plan = _plan_of(request, parts, "einslice")
+        chosen = default_executor(plan, request.profile.unsliced_executor)
+        return plan if chosen == "einslice" else _plan_of(request, parts, chosen)
     cast, equation, placement = request.cast_bytes, request.equation, request.placement
     forward, derived = parts.forward, parts.derived
     return Plan(
@@ -344,6 +412,38 @@ def _plan_of(request: PlanRequest, parts: _Parts, executor: str = "einslice") ->
         precision=request.precision,
         profile=request.profile,
     )
+
+
+def default_executor(plan: Plan, unsliced: str) -> str:
+    """The executor a plan runs on unless tuning picks another.
+
+    ``unsliced`` (the profile's ``unsliced_executor``) for a plan that
+    slices nothing, in neither pass: its forward chunks are none, and its
+    derivative is known unsliced or, deferred, predicted to fit unsliced
+    (``jnp.einsum``'s derivative holds every intermediate at once); where
+    that executor runs the plan (one device, a semiring ``jnp.einsum``
+    computes). Else "einslice", which runs every plan.
+
+    Example:
+        >>> import einslice
+        >>> tpu = einslice.profiles.TPU
+        >>> p = einslice.plan("ij,jk->ik", (64, 64), (64, 64), profile=tpu)
+        >>> p.executor, default_executor(p, "einslice")
+        ('xla', 'einslice')
+        >>> einslice.plan("ij,jk->ik", (64, 64), (64, 64)).executor
+        'einslice'
+    """
+    facts = EXECUTOR_FACTS.get(unsliced)
+    if facts is None or unsliced == "einslice" or plan.chunks:
+        return "einslice"
+    if not (facts.compiles and facts.runs(plan)):
+        return "einslice"
+    derivative = plan.derivative
+    if isinstance(derivative, Deferred):
+        fits = derivative.unsliced_peak() <= plan.memory_limit
+    else:
+        fits = not derivative.resolve().chunks  # (a Derivative resolves to itself)
+    return unsliced if fits else "einslice"
 
 
 @dataclass(frozen=True, slots=True)
@@ -500,6 +600,9 @@ class _ForwardSearch:
             start=dict.fromkeys(seeds, 1),
             profile=self.profile,
             steps=len(base_body.steps),
+            explore_from=(
+                REPLANNED_EXPLORE_MIN_SECONDS if self.replan else EXPLORE_MIN_SECONDS
+            ),
         )
         if _key(found.chunks) not in self.bodies:
             cost(found.chunks)
@@ -800,9 +903,9 @@ def _ranked(request: PlanRequest, count: int) -> tuple[_Parts, ...]:
 def tuning_candidates(request: PlanRequest, count: int = 4) -> tuple[Plan, ...]:
     """What tuning measures: the best ``count`` plans, and other executors'.
 
-    `with_other_executors`, offered the greedy path's plan too when
-    ``optimize`` is "auto" (a path or strategy the caller chose is not
-    second-guessed).
+    `with_other_executors`, offered the plan along ``jnp.einsum``'s greedy
+    path (`jnp_greedy_path`) too when ``optimize`` is "auto" (a path or
+    strategy the caller chose is not second-guessed).
 
     Example:
         >>> from einslice._plan._equation import build_equation, parse_subscripts
@@ -813,7 +916,9 @@ def tuning_candidates(request: PlanRequest, count: int = 4) -> tuple[Plan, ...]:
     """
     greedy = None
     if request.optimize == "auto" and request.tree is None:
-        greedy = replace(request, optimize="greedy")
+        eq = request.equation
+        path = jnp_greedy_path(eq.terms, eq.output, eq.sizes)
+        greedy = replace(request, optimize=path)
     return with_other_executors(request, count, greedy)
 
 
@@ -823,10 +928,12 @@ def with_other_executors(
     """The first ``count`` ranked plans, and the best unsliced one on other executors.
 
     Every other executor that compiles and runs a plan (its ``ExecutorFacts``:
-    today the plain ``jnp.einsum`` lowering, executor ``"xla"``, for unsliced
-    plans of a semiring it computes, two or more operands, one device) is
-    offered the best unsliced plan and ``greedy``'s first plan (a request
-    for opt_einsum's greedy path: with the plain lowering, the program
+    the plain ``jnp.einsum`` lowering, executor ``"xla"``, for unsliced
+    plans of a semiring it computes, two or more operands, one device; and
+    einslice's own steps where the profile runs unsliced plans on "xla",
+    `default_executor`) is offered the best unsliced plan, and every other
+    executor than einslice's own ``greedy``'s first plan (a request for
+    opt_einsum's greedy path: with the plain lowering, the program
     ``jnp.einsum(optimize="greedy")`` runs) where its path differs:
     measuring then never keeps a program slower than the peer's own. Each is
     made as a plan of its own (`_plan_of`), not a copy with its executor
@@ -851,7 +958,8 @@ def with_other_executors(
         if parts is None:
             continue
         for facts in EXECUTOR_FACTS.values():
-            if not facts.compiles or facts.name == "einslice":
+            # (greedy's path on einslice's own steps is no peer's program)
+            if not facts.compiles or (source is greedy and facts.name == "einslice"):
                 continue
             plan = _plan_of(source, parts, facts.name)
             if facts.runs(plan) and not any(

@@ -96,6 +96,12 @@ class Profile:
     # plan walked on the host pays to fetch operands that live on the device
     # and to put its result back; inf where the device is the host.
     host_transfer_bandwidth: float = math.inf
+    # The executor (``_executors.EXECUTOR_FACTS``) of a plan that slices
+    # nothing, where that executor runs it: "einslice" (its own
+    # ``dot_general`` per step, laid out to spare XLA:CPU its copies) or
+    # "xla" (one ``jnp.einsum`` along the plan's path: the program jnp
+    # compiles for that path, laid out by the accelerator's compiler).
+    unsliced_executor: str = "einslice"
     # How the device lays out a buffer (see _layout.buffer_bytes): XLA:TPU
     # tiles its two minor dimensions, buffer_lanes entries along the minor
     # one and up to buffer_sublanes rows along the other (1, 2 or 4 for a
@@ -309,6 +315,10 @@ def precision_key(precision: object) -> str:
 # Bandwidths that are infinite where the cost they model does not arise.
 _MAY_BE_INFINITE = ("fresh_page_bandwidth", "host_transfer_bandwidth")
 
+# What ``Profile.unsliced_executor`` may name (``_executors.EXECUTOR_FACTS``
+# holds their facts; a compiling executor that runs unsliced "sum" plans).
+UNSLICED_EXECUTORS = ("einslice", "xla")
+
 
 def figures_problem(profile: object) -> str | None:
     """What makes ``profile`` unusable for planning, or None if nothing does.
@@ -328,6 +338,10 @@ def figures_problem(profile: object) -> str | None:
         return f"it is a {type(profile).__name__}, not an einslice.Profile"
     for field in fields(Profile):
         value = getattr(profile, field.name)
+        if field.name == "unsliced_executor" and value not in UNSLICED_EXECUTORS:
+            return (
+                f"unsliced_executor is {value!r}, not one of {list(UNSLICED_EXECUTORS)}"
+            )
         if isinstance(value, str):
             continue
         if field.name == "matmul_rates":  # (precision name, FLOP/s) pairs
@@ -455,6 +469,7 @@ GPU_DEFAULT = Profile(
     # XLA:GPU's, with autotuning: not faster than the CPU's), and a host
     # link assumed at a PCIe 5 x16 link's practical rate.
     host_transfer_bandwidth=2.5e10,
+    unsliced_executor="xla",
 )
 
 # Measured on one Google TPU v5e chip ("TPU v5 lite", jax 0.10.2,
@@ -524,6 +539,7 @@ TPU_DEFAULT = Profile(
     grad_compile_step_seconds=0.3,
     candidate_compile_seconds=0.6,
     host_transfer_bandwidth=9.1e8,
+    unsliced_executor="xla",
     buffer_lanes=128,
     buffer_sublanes=8,
     min_buffer_bytes=512,

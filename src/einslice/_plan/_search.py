@@ -381,17 +381,20 @@ def _cached(key: tuple, search_seconds: float, runs: int = 1) -> Found:
     quick = _quick_trees(
         terms, output, sizes, itemsize, limit, semiring, profile, given, seed
     )
-    if quick is not None and cheap(allowance(quick.time, budget), len(terms)):
+    if quick is not None and not search_pays(
+        allowance(quick.time, budget), len(terms), semiring
+    ):
         found = quick
     else:
         found = _searched(key, search_seconds, quick)
     if (
         runs > 1
+        and found.trials == 0
         and not found.sliced
-        and cheap(found.time, len(terms))
         and not cheap(runs * found.time, len(terms))
     ):
-        # cheap for one run, not for ``runs``: worth a reconfiguration
+        # a quick tree no search could pay for, not cheap for ``runs``
+        # runs: worth a reconfiguration
         found = reconfigured(
             found, terms, output, sizes, itemsize, limit, semiring, profile, given
         )
@@ -996,11 +999,12 @@ def _quick_trees(
     618 tables: 0.3 s a trial, mostly subtree reconfiguration, against 0.02 s),
     so before any trial two greedy trees are costed, unsliced: cotengra's plain
     greedy order and the best (by FLOPs) of `quick_repeats` seeded
-    random-greedy orders. The faster of those that fit the limit ends the
-    search if it is estimated below ``CHEAP_TREE_SHARE`` of one trial (the rule
-    of `_run_trials`, applied before its first trial; see `_cached`).
+    random-greedy orders. When neither fits the limit, the faster is sliced
+    to fit (`_sliced_quick`). The quick tree ends the search where no search
+    can pay for itself (`search_pays`, applied before the first trial; see
+    `_cached`).
     """
-    best = None
+    best = fastest = None
     candidates = (
         greedy_path(terms, output, sizes),
         random_greedy_path(terms, output, sizes, seed, quick_repeats(len(terms))),
@@ -1014,8 +1018,13 @@ def _quick_trees(
             best is None or cost.time < best[1].time
         ):
             best = path, cost
+        if fastest is None or cost.time < fastest[1].time:
+            fastest = path, cost
     if best is None:
-        return None
+        assert fastest is not None
+        return _sliced_quick(
+            fastest[0], terms, output, sizes, itemsize, memory_limit, semiring, profile
+        )
     path, cost = best
     return Found(
         path=path,
@@ -1025,6 +1034,35 @@ def _quick_trees(
         trials=0,
         peak_bytes=cost.peak_bytes,
     )
+
+
+def _sliced_quick(
+    path, terms, output, sizes, itemsize, memory_limit, semiring, profile
+) -> Found | None:
+    """A quick tree over the limit, sliced by cotengra to fit (None: it does not).
+
+    Sliced as the reference is (to the limit in entries, then further while
+    einslice's peak is over the limit: `_reference_found`, the least slicing
+    that fits); no reconfiguration. Without it a network whose greedy trees
+    do not fit always ran its minimum trials (einsum-benchmark's
+    mera-likelihood-d2: 7 trials for a tree estimated at 81 ms).
+    """
+    from cotengra import ContractionTree
+
+    tree = ContractionTree.from_path(*labelled(terms, output, sizes), path=path)
+    target = max(2, memory_limit // itemsize)
+    found = _reference_found(
+        tree.slice(target_size=target, seed=0),
+        terms,
+        output,
+        sizes,
+        itemsize,
+        memory_limit,
+        semiring,
+        profile,
+        by="einslice",
+    )
+    return found if found.peak_bytes <= memory_limit else None
 
 
 def reconfigured(
@@ -1190,6 +1228,36 @@ def least_search_cost(n_terms: int) -> float:
         True
     """
     return -(-MIN_TENSOR_TRIALS // n_terms) * n_terms * TRIAL_COST_PER_TENSOR
+
+
+def search_pays(spend: float, n_terms: int, semiring: str = "sum") -> bool:
+    """Whether a search may run, given what it may spend (rules 0 and 1).
+
+    Not for a tree cheaper than `CHEAP_TREE_SHARE` of a trial (rule 0), and,
+    on the "sum" semiring, not when the minimum trials (`least_search_cost`)
+    cost more than ``spend`` (`allowance`: one run of the best quick tree,
+    or a growth search's budget): ski rental from the first call, a plan's
+    first search costs about one run, and its growth searches more as its
+    calls add up (``_exec._run``). Measured on einsum-benchmark's networks
+    (benchmarks/results/networks.md, 2026-12-07): the minimum trials cost
+    3-30x the quick tree's estimate on mera-p-first-last (5 trials, 433 ms
+    estimated, for a 14.8 ms tree they did not improve), random-hyper-50
+    and the fresh 5x5 periodic lattice, and made einslice's first result
+    0.54-0.70x the fastest peer's there. Graphical models' "log" and "max"
+    plans keep the minimum trials: they run ~30x their estimate
+    (``_exec._choose.MEASURED_PER_ESTIMATED``), so a quick tree's estimate
+    understates what a search saves there.
+
+    Example:
+        >>> n = 64
+        >>> search_pays(least_search_cost(n), n), search_pays(0.01, n)
+        (True, False)
+        >>> search_pays(0.01, n, "log")
+        True
+    """
+    if cheap(spend, n_terms):
+        return False
+    return semiring != "sum" or spend >= least_search_cost(n_terms)
 
 
 def cheap(seconds: float, n_terms: int) -> bool:

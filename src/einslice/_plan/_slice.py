@@ -68,6 +68,14 @@ def chunk_ladder(size: int) -> list[int]:
 # 190 steps 0.75 s), and slicing for speed won only from ~4 ms estimated (the
 # seed formula's 5 steps at n=128; never at n<=64, 0.2 ms).
 EXPLORE_MIN_SECONDS = 1e-4
+# ... and 3e-4 where each chunking tried re-plans the path too (a few
+# operands, a named strategy: ``_planner._ForwardSearch.replan``). There,
+# exploring took most of a first call's planning (2-core CPU, load ~15:
+# attention-linear 110 -> 2 ms, the open triangle's trace 143 -> 2 ms, the
+# seed formula at n=96 246 -> 46 ms) and chose no slicing for any of the
+# parity suite's plans below it (0.04-0.18 ms a step); jt-marginal (0.4 ms a
+# step) still slices for speed, measured 1.25-1.95x jnp.einsum-greedy.
+REPLANNED_EXPLORE_MIN_SECONDS = 3e-4
 
 
 def choose_slicing(
@@ -79,6 +87,7 @@ def choose_slicing(
     start: dict[int, int] | None = None,
     profile: Profile = CPU_DEFAULT,
     steps: int = 1,
+    explore_from: float = EXPLORE_MIN_SECONDS,
 ) -> Slicing:
     """Find the fastest chunking that fits ``limit``, or the most frugal one.
 
@@ -89,12 +98,15 @@ def choose_slicing(
         limit: peak temporary bytes allowed.
         explore_when_fits: also try slicing when the unsliced plan fits (a
             sliced path can be faster, e.g. by keeping intermediates small);
-            not done when that plan's estimate is below `EXPLORE_MIN_SECONDS`
-            per step.
+            not done when that plan's estimate is below ``explore_from``
+            per step (`EXPLORE_MIN_SECONDS`, or
+            `REPLANNED_EXPLORE_MIN_SECONDS` where each trial re-plans).
         start: a slicing to descend from besides none, e.g. the indices a
             tree search sliced.
         profile: the device whose last-level cache sets the peak preference.
         steps: how many pairwise steps the plan has (what exploring costs).
+        explore_from: the estimated seconds per step from which a plan that
+            fits unsliced is explored (see ``explore_when_fits``).
 
     Returns:
         The chosen Slicing; ``fits`` is False when even the most frugal plan
@@ -103,7 +115,7 @@ def choose_slicing(
     """
     seen = _Seen(evaluate, limit, profile)
     whole = seen.consider({})
-    if whole.peak_bytes <= limit and whole.time < EXPLORE_MIN_SECONDS * max(1, steps):
+    if whole.peak_bytes <= limit and whole.time < explore_from * max(1, steps):
         explore_when_fits = False
     candidates = [i for i in candidates if sizes[i] > 1]
     if start:
