@@ -246,3 +246,19 @@ def test_large_plans_pay_little_for_tiles_and_scratch():
     )
     assert now.peak_bytes <= 256 * 10**6
     assert now.cost.time <= 1.1 * before.cost.time
+
+
+def test_float64_runs_einslices_steps_on_a_tpu():
+    # jnp.einsum's own float64 program for the seed formula at n=32 compiled
+    # 539 MB of temporaries on the chip, einslice's unsliced steps none: the
+    # peak model counts the latter, so an unsliced float64 plan keeps them
+    seed = "ij,ik,il,jk,jl,kl->ij"
+    shapes = ((32, 32),) * 6
+    wide = make_plan(
+        _request(seed, shapes, "float64", "sum", False, 10**10, TPU_DEFAULT)
+    )
+    narrow = make_plan(
+        _request(seed, shapes, "float32", "sum", False, 10**10, TPU_DEFAULT)
+    )
+    assert not wide.chunks and wide.executor == "einslice"
+    assert narrow.executor == "xla"

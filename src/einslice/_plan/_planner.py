@@ -422,7 +422,9 @@ def default_executor(plan: Plan, unsliced: str) -> str:
     derivative is known unsliced or, deferred, predicted to fit unsliced
     (``jnp.einsum``'s derivative holds every intermediate at once); where
     that executor runs the plan (one device, a semiring ``jnp.einsum``
-    computes). Else "einslice", which runs every plan.
+    computes), but for 8-byte types on a device that emulates float64
+    (``Profile.wide_step_factor`` > 1). Else "einslice", which runs every
+    plan.
 
     Example:
         >>> import einslice
@@ -435,6 +437,11 @@ def default_executor(plan: Plan, unsliced: str) -> str:
     """
     facts = EXECUTOR_FACTS.get(unsliced)
     if facts is None or unsliced == "einslice" or plan.chunks:
+        return "einslice"
+    if plan.itemsize > 4 and plan.profile and plan.profile.wide_step_factor > 1:
+        # float64 emulated (a TPU): jnp.einsum's own program for the seed
+        # formula at n=32 held 539 MB of temporaries there, einslice's steps
+        # none (tpu_v5e.md); the peak model counts einslice's steps
         return "einslice"
     if not (facts.compiles and facts.runs(plan)):
         return "einslice"
