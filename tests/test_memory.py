@@ -237,11 +237,19 @@ def test_unsliced_matmul_is_one_dot_general_and_no_loop():
     assert not LOOPS & set(prims), prims
 
 
+# The limit is there to make the plan slice: planned for a TPU, a loop's
+# scratch alone (1 MiB, profiles.TPU) is over 20 kB, so the CPU's figures
+# plan it on every device.
+CPU = einslice.profiles.CPU
+
+
 def test_sliced_seed_formula_loops():
     args = [jnp.ones((32, 32), jnp.float32)] * 6
-    p = einslice.plan(SEED, *args, memory_limit="20KB")
+    p = einslice.plan(SEED, *args, memory_limit="20KB", profile=CPU)
     assert p.sliced, str(p)
-    prims = primitives(lambda *o: einslice.einsum(SEED, *o, memory_limit="20KB"), *args)
+    prims = primitives(
+        lambda *o: einslice.einsum(SEED, *o, memory_limit="20KB", profile=CPU), *args
+    )
     assert LOOPS & set(prims), prims
     # no Python loop over chunks: far fewer dot_generals than chunks
     assert prims.count("dot_general") <= 2 * len(p.path), prims
@@ -257,3 +265,19 @@ def test_a_plan_loops_exactly_when_it_is_sliced(eq, fraction, seed):
         lambda *o: einslice.einsum(eq.subscripts, *o, memory_limit=limit), *ops
     )
     assert bool(LOOPS & set(prims)) == bool(p.sliced), (str(p), prims)
+
+
+# --- the random-formula check accel_check runs on every device --------------------
+
+
+def test_the_random_formula_check_holds_here_and_sees_a_failure():
+    from einslice.bench._memory_check import Case, Outcome, check_memory_promise
+
+    report = check_memory_promise(8, seed=11)
+    assert len(report.outcomes) == 8
+    assert not report.failures, [o.line() for o in report.failures]
+    accepted = [o for o in report.outcomes if not o.refused]
+    assert accepted, "every limit was refused: the check would be empty"
+    case = Case("a,a->", ((4,), (4,)), "float64", limit=384)
+    over = Outcome(case, 384, 384, False, 384, 516096)
+    assert not over.ok and over.line().startswith("FAIL")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from math import log2, prod
 
+from ._layout import Tiling, buffer_entries, tiling_of
 from ._order import needs_transpose
 from ._profile import CPU_DEFAULT, Profile
 from ._semiring import Semiring, semiring_named
@@ -42,6 +43,7 @@ from ._types import Cost, Step
 #   measured at ~1.1 ns per result entry plus 0.15 ns per operand entry.
 PEAK_PREFERENCE = CPU_DEFAULT.peak_preference  # per doubling (see ranking)
 LOG_SCALED_MAX_STEPS = 16  # mirrors _exec/_scaled.MAX_STEPS
+_PARTIAL_SUMS = 8  # a reduction's partial sums per result entry (see _steps_peak)
 ALIGNMENT = 64
 LOOP_BYTES = 1024
 
@@ -142,7 +144,7 @@ def evaluate(
             transposed) instead of the forward pass.
         profile: the device the time is estimated for.
     """
-    peak = peak_bytes(body, sizes, chunks, itemsize, tangent)
+    peak = peak_bytes(body, sizes, chunks, itemsize, tangent, profile)
     flops, time = estimate_time(body, sizes, chunks, itemsize, profile, tangent, peak)
     return Cost(flops=flops, peak_bytes=peak, time=time)
 
@@ -182,22 +184,83 @@ def peak_bytes(
     chunks: dict[int, int],
     itemsize: int,
     tangent: bool = False,
+    profile: Profile = CPU_DEFAULT,
 ) -> int:
-    """Predicted peak temporary bytes of a sliced plan: exact, device-free.
+    """Predicted peak temporary bytes of a sliced plan.
 
     Counts every buffer that can be alive at once while one chunk runs
-    (arguments as for ``evaluate``).
+    (arguments as for ``evaluate``). The same on every device whose profile
+    tiles no buffers (CPU, GPU), but for element types a CPU computes wider
+    (``Profile.compute_itemsize``); on a TPU each buffer is counted padded
+    to its tiles (`_layout.buffer_bytes`), and the program's scratch is
+    added (``Profile.scratch_bytes``).
     """
     local = chunked_sizes(sizes, chunks)
-    peak, live = _steps_peak(body, tuple(sorted(chunks)), tuple(local), tangent)
-    block = _numel(body.output, local)
+    copies = 0
+    if itemsize < profile.compute_itemsize:
+        # computed wider (bfloat16 on a CPU): the operands are copied in
+        # both widths (the derivative's cotangents too), and so may every
+        # buffer be (computed wide, rounded back). With wide copies alone,
+        # 13 of 140 random bfloat16 formulas compiled 1.01-1.21x the limit.
+        itemsize += profile.compute_itemsize
+        copies = sum(_numel(t, sizes) for t in body.terms) * itemsize
+        copies *= 2 if tangent else 1
+    tiling = tiling_of(profile, itemsize)
+    key = tuple(sorted(chunks))
+    factor = profile.wide_step_factor if itemsize > 4 else 1.0
+    peak, live = _steps_peak(body, key, tuple(local), tangent, tiling, factor)
+    block = _buffer(body.output, local, tiling)
     if tuple(_final_term(body)) != tuple(body.output) and chunks:
         peak = max(peak, live + block)  # the block in output order
     if any(i not in body.output for i in chunks):
         peak += block  # the accumulator carried across summed chunks
     if tangent:
-        peak = _tangent_peak(body, sizes, chunks, peak, local)
-    return int(peak * itemsize) + _buffer_overheads(body, sizes, chunks, tangent)
+        peak = _tangent_peak(body, sizes, chunks, peak, local, tiling)
+    overheads = _buffer_overheads(body, sizes, chunks, tangent) + copies
+    scratch = _scratch(profile, body, bool(chunks), itemsize, tangent)
+    return int(peak * itemsize) + overheads + scratch
+
+
+def _scratch(
+    profile: Profile, body: Body, sliced: bool, itemsize: int, tangent: bool
+) -> int:
+    """The program's scratch beyond its buffers (0 on a CPU or a GPU).
+
+    None for a program that neither reduces nor multiplies (a copy or a
+    transpose: no pre-reduced operand, no step, no loop), nor for a plain
+    one (one pass, "sum", no derivative) of one operand in element types of
+    up to 4 bytes (a sum over some axes: all 31 compiled on a TPU v5e held
+    none; in float64, 97 kB); else the profile's allowance for its class:
+    plain or not, element types of up to 4 bytes or wider.
+    """
+    reduced = any(
+        p != _unique(t) or len(set(t)) < len(t)
+        for t, p in zip(body.terms, body.prepared, strict=True)
+    )
+    if not (reduced or body.steps or sliced):
+        return 0
+    plain = not (sliced or tangent or body.semiring != "sum")
+    if plain and not body.steps and itemsize <= 4:
+        return 0
+    if itemsize > 4:
+        return profile.wide_scratch_bytes if plain else profile.wide_loop_scratch_bytes
+    return profile.scratch_bytes if plain else profile.loop_scratch_bytes
+
+
+def output_bytes(
+    body: Body, sizes: Sequence[int], itemsize: int, profile: Profile = CPU_DEFAULT
+) -> int:
+    """Bytes of a buffer of the output's shape on ``profile``'s device (padded).
+
+    What a loop's result held beside the derivative costs (_planner._hoist).
+    """
+    tiling = tiling_of(profile, itemsize)
+    return _buffer(body.output, sizes, tiling) * itemsize
+
+
+def _buffer(term: Sequence[int], local: Sequence[int], tiling: Tiling) -> int:
+    """Entries a buffer of ``term``'s indices holds, padded as ``tiling`` says."""
+    return buffer_entries(tuple(local[i] for i in term), tiling)
 
 
 def _fused_peak(
@@ -222,17 +285,21 @@ def _steps_peak(
     chunks: tuple[int, ...],
     local: tuple[int, ...],
     tangent: bool = False,
+    tiling: Tiling = None,
+    factor: float = 1.0,
     fused: bool = False,
 ) -> tuple[int, int]:
     """Peak entries alive while a chunk's steps run, and those alive after them.
 
     Sliced, diagonal and pre-reduced operands are alive from the start; each
-    step adds its result and its transients, and frees the temporaries it read.
-    ``chunks``: the sliced indices. ``fused``: as XLA runs a "sum" forward
-    pass, with each step that contracts nothing written without copies of
-    its sides, and not at all when `_fused_nodes` says so (the time model's
-    fresh pages); the memory promise counts every buffer. Cached: the
-    planner costs each body's forward and derivative passes, which share it.
+    step adds its result and its transients (``factor`` times: see
+    ``Profile.wide_step_factor``), and frees the temporaries it read.
+    ``chunks``: the sliced indices; ``tiling``: how buffers are padded (None:
+    not). ``fused``: as XLA runs a "sum" forward pass, with each step that
+    contracts nothing written without copies of its sides, and not at all
+    when `_fused_nodes` says so (the time model's fresh pages); the memory
+    promise counts every buffer. Cached: the planner costs each body's
+    forward and derivative passes, which share it.
     """
     nodes = _node_terms(body)
     n_ops = len(body.terms)
@@ -240,13 +307,27 @@ def _steps_peak(
     live = 0
     for term, prepared in zip(body.terms, body.prepared, strict=True):
         if any(i in chunks for i in term):
-            live += _input_size(term, local)
+            live += _buffer(_unique(term), local, tiling)
         if prepared != _unique(term) or len(set(term)) < len(term):
-            live += _numel(prepared, local)
-    peak = live
-    made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
+            live += _buffer(prepared, local, tiling)
+    # A diagonal that is then summed is a buffer of its own before the sum
+    # (XLA gathers it): measured on a CPU, b,aac-> (2; 8x8x100, float64) at
+    # 1294 bytes compiled 6432, a,baa-> (4; 128x4x4) at 368 bytes 2112, and
+    # "log" a,adca-> (5; 5x17x5x5) at 380 bytes 2000. And a sum keeps up to
+    # 8 partial sums of each result entry (XLA's CPU vectorizes it): bdc->c
+    # on 256x3x17 int32 held 544 bytes for a 68-byte result, cd->c on
+    # 100x128 1600 for 512.
+    transients = [0]
+    for term, prepared in zip(body.terms, body.prepared, strict=True):
+        if prepared == _unique(term):
+            continue
+        if len(set(term)) < len(term):
+            transients.append(_buffer(_unique(term), local, tiling))
+        transients.append(_PARTIAL_SUMS * _buffer(prepared, local, tiling))
+    peak = live + max(transients)
     ring = body.ring
-    entries = _node_sizes(body, local)
+    made = [k >= n_ops or _materialized(body, k, chunks) for k in range(len(nodes))]
+    entries = _node_sizes(body, local, tiling)
     for s, step in enumerate(body.steps):
         left, right = nodes[step.left], nodes[step.right]
         size_l, size_r = entries[step.left], entries[step.right]
@@ -255,7 +336,8 @@ def _steps_peak(
             size_out = 0  # the last step writes the output buffer itself
         if n_ops + s in unwritten:
             size_out = 0
-        transient = _step_transient(ring, step, left, right, local, tangent)
+        transient = _step_transient(ring, step, left, right, local, tangent, tiling)
+        transient = int(transient * factor)
         if fused and not step.contracted:
             transient = 0
         peak = max(peak, live + transient + size_out)
@@ -313,20 +395,22 @@ def _step_transient(
     right: tuple[int, ...],
     local: Sequence[int],
     tangent: bool = False,
+    tiling: Tiling = None,
 ) -> int:
     """Entries a step holds beside its result: copies of its sides, scratch."""
-    size_l, size_r = _numel(left, local), _numel(right, local)
+    size_l, size_r = _buffer(left, local, tiling), _buffer(right, local, tiling)
+    result = _buffer(step.result, local, tiling)
     if step.contracted and ring.selective and not tangent:
         # blocked max-plus (_exec/_semiring.max_plus_dot): padded and
         # transposed sides, the column blocks and their transpose; its
         # derivative still reduces the union (below).
-        return 2 * (size_l + size_r) + 2 * _numel(step.result, local)
+        return 2 * (size_l + size_r) + 2 * result
     if step.contracted and ring.contracts_by_union(_numel(step.contracted, local)):
-        return 2 * _numel(_unique(left + right), local)
+        return 2 * _buffer(_unique(left + right), local, tiling)
     if step.contracted and ring.shifted_exp_dot:
         # shifted exponentials, finite masks and transposed copies of both
         # sides; total, support, log and the exact repair's loop buffers.
-        return 4 * (size_l + size_r) + 6 * _numel(step.result, local)
+        return 4 * (size_l + size_r) + 6 * result
     return size_l + size_r
 
 
@@ -336,6 +420,7 @@ def _tangent_peak(
     chunks: dict[int, int],
     peak: int,
     local: Sequence[int],
+    tiling: Tiling = None,
 ) -> int:
     """Peak entries of the derivative pass, from the forward chunk's ``peak``.
 
@@ -349,8 +434,9 @@ def _tangent_peak(
     608 MB, compiled gradient 7.8 GB; with the sum alone counted, a plan
     predicted at 920 MB compiled 1.7 GB).
     """
-    residuals = 2 * _step_residuals(body, tuple(local))  # and their cotangents
-    peak = max(2 * peak, residuals) + 2 * sum(_numel(t, sizes) for t in body.terms)
+    residuals = 2 * _step_residuals(body, tuple(local), tiling)  # and cotangents
+    cotangents = sum(_buffer(t, sizes, tiling) for t in body.terms)
+    peak = max(2 * peak, residuals) + 2 * cotangents
     # A "max" or "log" tangent reads the value (where it attains, or the
     # weights exp(chunk - value)); in a gradient program the value is a
     # temporary, not the program's output. Measured on outer products whose
@@ -359,7 +445,7 @@ def _tangent_peak(
     # against 23 kB predicted ("sum": 1.2 kB); bd,a,ba,aa,dcd->abdc (19 kB),
     # its output sliced, to 58 kB ("max" and "log") against 54 kB.
     reads_value = body.ring.selective or body.ring.weights_tangents
-    output = _numel(body.output, sizes)
+    output = _buffer(body.output, sizes, tiling)
     if any(i in body.output for i in chunks):
         # the output's cotangent, read block by block, and its copy
         peak += (3 if reads_value else 2) * output
@@ -370,7 +456,7 @@ def _tangent_peak(
 
 
 @lru_cache(maxsize=64)
-def _step_residuals(body: Body, local: tuple[int, ...]) -> int:
+def _step_residuals(body: Body, local: tuple[int, ...], tiling: Tiling = None) -> int:
     """Entries a chunk's steps keep for the derivative, all alive at once.
 
     A "log" step (``shifted_exp_dot``) keeps its result and the shifted
@@ -382,7 +468,7 @@ def _step_residuals(body: Body, local: tuple[int, ...]) -> int:
     """
     ring = body.ring
     nodes = _node_terms(body)
-    entries = _node_sizes(body, local)
+    entries = _node_sizes(body, local, tiling)
     n_ops = len(body.prepared)
     residuals = 0
     for s, step in enumerate(body.steps):
@@ -390,7 +476,7 @@ def _step_residuals(body: Body, local: tuple[int, ...]) -> int:
             continue
         left, right = nodes[step.left], nodes[step.right]
         if ring.contracts_by_union(_numel(step.contracted, local)):
-            residuals += _numel(_unique(left + right), local)
+            residuals += _buffer(_unique(left + right), local, tiling)
         elif ring.shifted_exp_dot:
             residuals += entries[n_ops + s]
             residuals += entries[step.left] + entries[step.right]
@@ -442,7 +528,7 @@ def estimate_time(
     """
     units = _units(profile)
     if peak is None:
-        peak = peak_bytes(body, sizes, chunks, itemsize, tangent)
+        peak = peak_bytes(body, sizes, chunks, itemsize, tangent, profile)
     local = chunked_sizes(sizes, chunks)
     count = n_chunks(sizes, chunks)
     work = _ChunkWork(kernels=1 + len(body.steps))
@@ -571,14 +657,19 @@ def _node_terms(body: Body) -> list[tuple[int, ...]]:
 
 
 @lru_cache(maxsize=64)
-def _node_sizes(body: Body, local: tuple[int, ...]) -> tuple[int, ...]:
+def _node_sizes(
+    body: Body, local: tuple[int, ...], tiling: Tiling = None
+) -> tuple[int, ...]:
     """Entries of every node (`_node_terms`) in a chunk of ``local`` sizes.
 
-    Cached: a chunking's peak, residuals and work all read them. Recomputed
-    in each, they were ~1.2 million products in the planning of one
-    755-step graphical model (Grids_15: 1.8 s of its 7.4 s).
+    Padded as ``tiling`` says (the peak's buffers; the time model counts
+    entries). Cached: a chunking's peak, residuals and work all read them.
+    Recomputed in each, they were ~1.2 million products in the planning of
+    one 755-step graphical model (Grids_15: 1.8 s of its 7.4 s).
     """
-    return tuple(_numel(t, local) for t in _node_terms(body))
+    if tiling is None:
+        return tuple(_numel(t, local) for t in _node_terms(body))
+    return tuple(_buffer(t, local, tiling) for t in _node_terms(body))
 
 
 def _final_term(body: Body) -> tuple[int, ...]:

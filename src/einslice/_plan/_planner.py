@@ -16,7 +16,14 @@ from functools import lru_cache
 from math import prod
 
 from .._errors import EinsliceError, MemoryLimitError
-from ._cost import Body, cached_cost, chunked_sizes, evaluate, naive_flops
+from ._cost import (
+    Body,
+    cached_cost,
+    chunked_sizes,
+    evaluate,
+    naive_flops,
+    output_bytes,
+)
 from ._executors import EXECUTOR_FACTS
 from ._memory import format_bytes
 from ._order import Path, cached_steps, find_path, jnp_greedy_path, two_group_paths
@@ -192,7 +199,17 @@ def grown_request(plan: Plan) -> PlanRequest | None:
 @lru_cache(maxsize=1024)
 def _planned(request: PlanRequest, probe: bool = False) -> _Parts:
     """`make_plan`'s parts (``probe``: skip finding ``gradient_limit``)."""
-    found = _found(request)
+    try:
+        found = _found(request)
+    except MemoryLimitError as error:
+        if not request.gradient:
+            raise
+        # The forward pass alone does not fit: name a limit under which the
+        # derivative fits too, not the forward's (retried, that one was
+        # refused again: `bb->` on a 2x2 float32 matrix at 112 bytes named
+        # 196, then 1192).
+        needed = _gradient_limit(request, error.smallest_limit, gradient=True)
+        raise _derivative_error(request, needed, error.flops) from None
     if not request.gradient:
         return _finish(request, found.body, found.forward, probe)
     parts = _finish(request, found.body, found.forward, True)
@@ -205,14 +222,22 @@ def _planned(request: PlanRequest, probe: bool = False) -> _Parts:
     if probe:
         return parts  # its gradient_limit: a lower bound
     needed = _gradient_limit(request, parts.gradient_limit, gradient=True)
-    raise MemoryLimitError(
+    raise _derivative_error(request, needed, parts.tangent.cost.flops)
+
+
+def _derivative_error(
+    request: PlanRequest, needed: int, flops: int
+) -> MemoryLimitError:
+    """The error for a ``gradient=True`` request whose derivative needs ``needed``."""
+    limit = request.memory_limit
+    return MemoryLimitError(
         f"the derivative of {request.equation.brief()} needs at least "
         f"{format_bytes(needed)} ({needed} bytes) but memory_limit is "
         f"{format_bytes(limit)}, under every plan found; raise "
         "memory_limit to at least that, or plan without gradient=True if no "
-        "derivative is taken (the forward pass alone fits).",
+        "derivative is taken.",
         smallest_limit=needed,
-        flops=parts.tangent.cost.flops,
+        flops=flops,
     )
 
 
@@ -397,7 +422,9 @@ def default_executor(plan: Plan, unsliced: str) -> str:
     derivative is known unsliced or, deferred, predicted to fit unsliced
     (``jnp.einsum``'s derivative holds every intermediate at once); where
     that executor runs the plan (one device, a semiring ``jnp.einsum``
-    computes). Else "einslice", which runs every plan.
+    computes), but for 8-byte types on a device that emulates float64
+    (``Profile.wide_step_factor`` > 1). Else "einslice", which runs every
+    plan.
 
     Example:
         >>> import einslice
@@ -410,6 +437,11 @@ def default_executor(plan: Plan, unsliced: str) -> str:
     """
     facts = EXECUTOR_FACTS.get(unsliced)
     if facts is None or unsliced == "einslice" or plan.chunks:
+        return "einslice"
+    if plan.itemsize > 4 and plan.profile and plan.profile.wide_step_factor > 1:
+        # float64 emulated (a TPU): jnp.einsum's own program for the seed
+        # formula at n=32 held 539 MB of temporaries there, einslice's steps
+        # none (tpu_v5e.md); the peak model counts einslice's steps
         return "einslice"
     if not (facts.compiles and facts.runs(plan)):
         return "einslice"
@@ -694,7 +726,7 @@ def _finish(
     hoisted = 0
     if forward.chunks or tangent.chunks:
         hoisted, forward, tangent = _hoist(
-            body, sizes, itemsize, limit, forward, tangent
+            body, sizes, itemsize, limit, forward, tangent, profile
         )
     gradient_limit = _gradient_limit_of(request, tangent, probe)
     return _Parts(body, forward, hoisted, _Derived(tangent, gradient_limit))
@@ -730,8 +762,9 @@ def _tangent_slicing(
     again from ``seeds`` (the forward pass's chunks, which may slice indices
     of smaller nodes: a tree search's slices of a large network).
     """
-    output = body.output
-    room = 2 * itemsize * prod(sizes[i] for i in output) if hoistable_steps(body) else 0
+    room = (
+        2 * output_bytes(body, sizes, itemsize, profile) if hoistable_steps(body) else 0
+    )
 
     def cost(chunks: dict[int, int]) -> Cost:
         return cached_cost(body, sizes, chunks, itemsize, profile, tangent=True)
@@ -985,6 +1018,7 @@ def _hoist(
     limit: int,
     forward: Slicing,
     tangent: Slicing,
+    profile: Profile,
 ) -> tuple[int, Slicing, Slicing]:
     """Hoist the final products out of the loop when the extra buffers fit.
 
@@ -994,7 +1028,7 @@ def _hoist(
     count = hoistable_steps(body)
     if not count:
         return 0, forward, tangent
-    extra = itemsize * prod(sizes[i] for i in body.output)
+    extra = output_bytes(body, sizes, itemsize, profile)
     grown = [
         Slicing(
             s.chunks, replace(s.cost, peak_bytes=s.cost.peak_bytes + k * extra), s.fits

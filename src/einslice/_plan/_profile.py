@@ -104,6 +104,33 @@ class Profile:
     # "xla" (one ``jnp.einsum`` along the plan's path: the program jnp
     # compiles for that path, laid out by the accelerator's compiler).
     unsliced_executor: str = "einslice"
+    # How the device lays out a buffer (see _layout.buffer_bytes): XLA:TPU
+    # tiles its two minor dimensions, buffer_lanes entries along the minor
+    # one and up to buffer_sublanes rows along the other (1, 2 or 4 for a
+    # dimension that small), and gives each buffer at least min_buffer_bytes.
+    # 0: no tiles (CPU, GPU: a buffer holds its entries).
+    buffer_lanes: int = 0
+    buffer_sublanes: int = 0
+    min_buffer_bytes: int = 0
+    # Temporary bytes a compiled program holds beyond the buffers the model
+    # counts (on a TPU: scratch of reductions and loops, and of float64's
+    # emulation; see _cost._scratch): a plain program (one pass, "sum", no
+    # derivative), and one that loops over chunks, runs another semiring or
+    # is a derivative; for element types of at most 4 bytes and for wider
+    # ones (float64, complex64: "wide"). None for a program without a
+    # reduction or a product (a copy, a transpose), nor for a plain sum of
+    # one operand of up to 4-byte entries (see _cost._scratch).
+    scratch_bytes: int = 0
+    loop_scratch_bytes: int = 0
+    wide_scratch_bytes: int = 0
+    wide_loop_scratch_bytes: int = 0
+    # A step's copies of its sides count this many times for wide element
+    # types (float64 emulated in float32 pairs: more copies, and larger).
+    wide_step_factor: float = 1.0
+    # Element types narrower than this many bytes are computed in this width
+    # (XLA's CPU backend computes bfloat16 and float16 in float32: copies of
+    # the operands and buffers of 4 bytes an entry); 0: in their own width.
+    compute_itemsize: int = 0
 
     def __hash__(self) -> int:
         # Plans are cached on the profile: hash a few fields, not all 22.
@@ -389,6 +416,9 @@ CPU_DEFAULT = Profile(
     # conservative figure that errs towards not measuring.
     candidate_compile_seconds=0.3,
     host_transfer_bandwidth=math.inf,
+    # bfloat16 computed in float32: `de->` on a 4x129 bfloat16 matrix
+    # planned at 194 bytes compiled 2132 (the operand's float32 copy).
+    compute_itemsize=4,
 )
 
 # Measured on one NVIDIA H200 (jax 0.11.2, CUDA 13; ../shared/gpu/ in the
@@ -454,11 +484,22 @@ GPU_DEFAULT = Profile(
 # at HBM speed), transposing copies at half the copy rate, small products
 # below a 128-wide side (the MXU is 128x128), the thin-product and log-entry
 # costs of the GPU, no launch cost inside a program, and no cost of fresh
-# memory (XLA's allocator owns device memory, as on a GPU). Not modelled:
-# TPU layouts pad each buffer's last two dimensions to tiles (8x128 for
-# float32), and float64 is emulated; a small or float64 program's compiled
-# temporaries can exceed the peak this model predicts (seen there: `a,a->`
-# on two float64 4-vectors, 504 kB against a 384 B limit).
+# memory (XLA's allocator owns device memory, as on a GPU).
+# Memory (benchmarks/tpu_memory_probe.py, 2026-12-07; _layout.py): buffers
+# are tiled 8x128 (fewer rows for a dimension below 8), at least 512 bytes
+# each (203 shapes x dtypes reproduced exactly). A compiled program's
+# temporaries (memory_analysis) also hold scratch the buffers do not
+# explain, in ~32 kB steps: reductions, scan loops, semirings and float64's
+# emulation (float32 pairs). The most seen over 269 random small programs,
+# by class: 161 kB for a plain one of 4-byte types (one pass, "sum"), 614
+# kB for a loop, a "max"/"log" or a derivative; in float64 and complex64
+# 968 kB and 2.26 MB (`a,a->` on float64 4-vectors: 516 kB against a 384 B
+# limit); none in the 13 programs without a reduction or a product, nor in
+# the 31 plain sums of one operand of 4-byte types (97 kB in float64). The
+# allowances below are 1.6-2.2x those. And float64's emulated products can
+# hold far more than their sides: `ij,ij->` on two 2048x2048 float64
+# matrices, unsliced, compiled 537 MB, 16x one side (wide_step_factor 10
+# counts 20x); sliced into 10 chunks, 744 kB.
 TPU_MATMUL_RATES = {"default": 1.71e14, "high": 6.3e13, "highest": 3.06e13}
 TPU_DEFAULT = Profile(
     device_kind="tpu",
@@ -501,6 +542,14 @@ TPU_DEFAULT = Profile(
     candidate_compile_seconds=0.6,
     host_transfer_bandwidth=9.1e8,
     unsliced_executor="xla",
+    buffer_lanes=128,
+    buffer_sublanes=8,
+    min_buffer_bytes=512,
+    scratch_bytes=2**18,
+    loop_scratch_bytes=2**20,
+    wide_scratch_bytes=2**21,
+    wide_loop_scratch_bytes=2**22,
+    wide_step_factor=10.0,
 )
 
 BUILT_IN = {"cpu": CPU_DEFAULT, "gpu": GPU_DEFAULT, "tpu": TPU_DEFAULT}
