@@ -17,6 +17,7 @@ from ._infer import marginals as marginals
 from ._model import Evidence as Evidence
 from ._model import Factor as Factor
 from ._model import FactorGraph as FactorGraph
+from ._sample import sample as sample
 from ._uai import parse_evidence as parse_evidence
 from ._uai import parse_uai as parse_uai
 from ._uai import read_evidence as read_evidence
@@ -36,4 +37,5 @@ __all__ = [
     "parse_uai",
     "read_evidence",
     "read_uai",
+    "sample",
 ]
