@@ -180,7 +180,7 @@ def _draw(
         nodes = _forward(_sliced(network, skip, states[s]), tree, skip)
         chunks = 1 << max(0, math.ceil(math.log2(-(-len(rows) // layout.chunk))))
         program = _program(tree, skip, layout.chunk, chunks)
-        x = np.asarray(
+        x = np.array(  # (a copy: the conditioned columns are written)
             program(_device_nodes(nodes, dtype), jax.random.fold_in(draw, s))
         )
         x[:, list(skip)] = states[s]
@@ -306,18 +306,16 @@ def _entries(labels: Sequence[int], cards: Sequence[int], skip) -> int:
     return math.prod(cards[v] for v in labels if v not in skip)
 
 
-def _peak(
-    tree: _Tree, conditioned: frozenset[int], chunk: int, n: int, itemsize: int
-) -> int:
+def _peak(tree: _Tree, conditioned: frozenset[int], chunk: int, itemsize: int) -> int:
     """The sampler's temporary bytes, estimated from the arrays it makes.
 
     Every step's node kept, in float64 on the host and in ``itemsize`` on
     the device; the largest step's work on the host (both children's
     exponentials, the product, its support and its logarithm); per sample
-    of a chunk, its states and the largest step's logits, Gumbel noise and
-    their sum (``jax.random.categorical``) with the gathered children. With
-    conditioned variables, the tables sliced at one of their states too, and
-    each sample's state of them.
+    of a chunk, its states and the largest step's gathered children,
+    logits and cumulative sums. With conditioned variables, the tables
+    sliced at one of their states are counted as nodes. (The samples, and
+    which conditioned state each drew, are the output.)
     """
     cards = tree.cards
     sizes = {k: _entries(t, cards, conditioned) for k, t in enumerate(tree.terms)}
@@ -333,10 +331,7 @@ def _peak(
         step = max(step, 2 * sum(sizes[c] for c in nodes) + 3 * sizes[node])
         joint = max(joint, _entries(summed, cards, conditioned))
     per_sample = 4 * len(cards) + 5 * itemsize * joint
-    total = kept * (8 + itemsize) + step * 8 + chunk * per_sample
-    if conditioned:
-        total += 4 * n
-    return total
+    return kept * (8 + itemsize) + step * 8 + chunk * per_sample
 
 
 def _fit(tree: _Tree, n: int, itemsize: int, limit: int) -> _Layout:
@@ -353,12 +348,12 @@ def _fit(tree: _Tree, n: int, itemsize: int, limit: int) -> _Layout:
     states = 1
     best = None
     while True:
-        need_one = _peak(tree, conditioned, 1, n, itemsize)
+        need_one = _peak(tree, conditioned, 1, itemsize)
         best = need_one if best is None else min(best, need_one)
         if need_one <= limit:
-            per = _peak(tree, conditioned, 2, n, itemsize) - need_one
+            per = _peak(tree, conditioned, 2, itemsize) - need_one
             chunk = min(n, MAX_CHUNK, 1 + (limit - need_one) // max(per, 1))
-            peak = _peak(tree, conditioned, chunk, n, itemsize)
+            peak = _peak(tree, conditioned, chunk, itemsize)
             return _Layout(tuple(sorted(conditioned)), chunk, peak)
         pick = _most_saving(tree, conditioned, itemsize)
         if pick is None or states * tree.cards[pick] > MAX_CONDITIONED_STATES:
@@ -376,7 +371,7 @@ def _fit(tree: _Tree, n: int, itemsize: int, limit: int) -> _Layout:
 
 def _most_saving(tree: _Tree, conditioned: frozenset[int], itemsize: int):
     """The unconditioned variable whose conditioning saves the most bytes."""
-    before = _peak(tree, conditioned, 1, 1, itemsize)
+    before = _peak(tree, conditioned, 1, itemsize)
     candidates = {v for keep in tree.kept for v in keep if v not in conditioned} or {
         v for s in tree.summed for v in s if v not in conditioned
     }
@@ -384,7 +379,7 @@ def _most_saving(tree: _Tree, conditioned: frozenset[int], itemsize: int):
         return None
     return max(
         sorted(candidates),
-        key=lambda v: before - _peak(tree, conditioned | {v}, 1, 1, itemsize),
+        key=lambda v: before - _peak(tree, conditioned | {v}, 1, itemsize),
     )
 
 
@@ -678,7 +673,9 @@ def _program(tree: _Tree, skip: tuple[int, ...], chunk: int, chunks: int):
             # Written here, not in the branches: a branch updating the carry
             # copied it whole per variable (Promedus_24: 4x slower).
             for j in range(rows.shape[0]):  # row copies: a scatter was ~5x slower
-                x = jax.lax.dynamic_update_slice(x, values[j][None], (rows[j], 0))
+                x = jax.lax.dynamic_update_slice(
+                    x, values[j][None].astype(jnp.int32), (rows[j], jnp.int32(0))
+                )
             return x, None
 
         x, _ = jax.lax.scan(step, x, jnp.arange(len(which)))
