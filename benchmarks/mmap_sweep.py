@@ -84,8 +84,7 @@ def run_one(path: Path, limit: str) -> None:
     seconds = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     _emit(status="ok", seconds=seconds, log_value=result.log_value, rss_mb=rss)
-    clamped = dict(evidence)
-    clamped.update(result.assignment)
+    clamped: dict = {**evidence, **result.assignment}
     start = time.perf_counter()
     check = log_partition(model, clamped, memory_limit=limit, dtype="float64")
     _emit(check=check, check_seconds=time.perf_counter() - start)
@@ -154,7 +153,7 @@ def _markdown(rows: list[dict], limit: str, timeout: float) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("dir", type=Path)
     parser.add_argument("--memory-limit", default="1GB")
     parser.add_argument("--timeout", type=float, default=600)

@@ -123,7 +123,7 @@ def run_one(path: Path, n: int, limit: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("files", nargs="+", type=Path)
     parser.add_argument("--samples", type=int, default=100_000)
     parser.add_argument("--memory-limit", default="256MB")

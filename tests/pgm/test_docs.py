@@ -11,7 +11,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "pgm.md"
 def _block(heading: str) -> str:
     text = DOC.read_text()
     section = text[text.index(heading) :]
-    return re.search(r"^```python\n(.*?)^```$", section, re.M | re.S).group(1)
+    found = re.search(r"^```python\n(.*?)^```$", section, re.M | re.S)
+    assert found, f"no python block under {heading!r}"
+    return found.group(1)
 
 
 def test_marginals_to_samples_example_runs():

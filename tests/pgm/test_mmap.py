@@ -84,7 +84,7 @@ def test_random_models_equal_brute_force(case):
         return
     got = marginal_map(model, query, evidence, dtype="float64")
     assert got.log_value == pytest.approx(best, rel=1e-9, abs=1e-9)
-    assert sorted(got.assignment) == sorted(query)
+    assert set(got.assignment) == set(query)
     state = tuple(got.assignment[v] for v in query)
     assert values[state] == pytest.approx(best, rel=1e-9, abs=1e-9)
 

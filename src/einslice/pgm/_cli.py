@@ -113,7 +113,7 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
             message = limit_too_small(e, args.memory_limit)
         print(f"einslice uai: error: {message}", file=sys.stderr)
         return 1
-    if args.output and not isinstance(text, str):  # samples to a .npy file
+    if not isinstance(text, str):  # samples, for a .npy file
         import numpy as np
 
         np.save(args.output, text)

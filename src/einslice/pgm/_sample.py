@@ -48,6 +48,8 @@ from ._network import Network, _broadcast, build_network
 
 __all__ = ["sample"]
 
+Array = np.ndarray | jax.Array  # a bucket's tables: numpy built, JAX in the program
+
 # At most this many joint states of conditioned variables (each a forward pass
 # and a batch of n samples): beyond it the limit is refused, not crawled.
 MAX_CONDITIONED_STATES = 1 << 16
@@ -483,16 +485,16 @@ class _Bucket:
     the dummy row ``n_vars`` with one state.
     """
 
-    kept_vars: np.ndarray  # (B, 2, K)
-    kept_strides: np.ndarray  # (B, 2, K)
-    offsets: np.ndarray  # (B, 2)
-    present: np.ndarray  # (B, 2)
-    grid: np.ndarray  # (B, 2, S, O)
-    valid: np.ndarray  # (B, 2, S, O)
-    shared_vars: np.ndarray  # (B, V)
-    shared_cards: np.ndarray  # (B, V)
-    own_vars: np.ndarray  # (B, 2, V)
-    own_cards: np.ndarray  # (B, 2, V)
+    kept_vars: Array  # (B, 2, K)
+    kept_strides: Array  # (B, 2, K)
+    offsets: Array  # (B, 2)
+    present: Array  # (B, 2)
+    grid: Array  # (B, 2, S, O)
+    valid: Array  # (B, 2, S, O)
+    shared_vars: Array  # (B, V)
+    shared_cards: Array  # (B, V)
+    own_vars: Array  # (B, 2, V)
+    own_cards: Array  # (B, 2, V)
 
 
 def _layout_draws(
@@ -717,7 +719,7 @@ def _log_sum(x: jax.Array, axis: int) -> jax.Array:
     return jnp.log(total) + jnp.squeeze(top, axis)
 
 
-def _unravel(index: jax.Array, cards: jax.Array) -> jax.Array:
+def _unravel(index: jax.Array, cards: Array) -> jax.Array:
     """The states, in C order over variables of ``cards``, that joint ``index`` names.
 
     Returns ``(len(cards), chunk)``; padding (one state) takes 0.
