@@ -137,19 +137,23 @@ def _markdown(rows: list[dict], limit: str, timeout: float) -> str:
         check = (
             f"{r['check'] - r['log_value']:.1e}"
             if "check" in r and "log_value" in r
-            else "—"
+            else ("not reached" if "log_value" in r else "—")
         )
         tables = r.get("table_bytes")
         tables_text = f"{tables / 1e6:.3g} MB" if tables is not None else "—"
         lines.append(
             f"| {r['name']} | {r.get('variables', '—')} | {r.get('query', '—')} | "
             f"{r.get('components', '—')} | {r.get('widest', '—')} | {tables_text} | "
-            f"{status} | {r.get('seconds', float('nan')):.1f} | "
-            f"{r.get('rss_mb', float('nan')):.0f} | {value} | {check} |"
+            f"{status} | {_number(r.get('seconds'), '.1f')} | "
+            f"{_number(r.get('rss_mb'), '.0f')} | {value} | {check} |"
         )
     solved = sum(r["status"] == "ok" for r in rows)
     lines += ["", f"Solved {solved} of {len(rows)} within {limit} and {timeout:g} s."]
     return "\n".join(lines) + "\n"
+
+
+def _number(x, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
 
 
 def main() -> None:
