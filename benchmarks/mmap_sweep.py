@@ -94,17 +94,20 @@ def _child(path: Path, limit: str, timeout: float) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     cmd = [sys.executable, __file__, "--child", str(path), "--memory-limit", limit]
     row: dict = {"name": path.name.removesuffix(".uai")}
+    err = ""
     try:
-        out = subprocess.run(
+        done = subprocess.run(
             cmd, env=env, capture_output=True, text=True, timeout=timeout
-        ).stdout
+        )
+        out, err = done.stdout, f"exit {done.returncode}: " + done.stderr[-300:]
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         row["status"] = "timeout"
     for line in out.splitlines():
         if line.startswith("ROW "):
             row.update(json.loads(line[4:]))
-    row.setdefault("status", "error")
+    if "status" not in row:
+        row.update(status="error", error=" ".join(err.split()))
     return row
 
 
