@@ -32,7 +32,8 @@ def g_test(counts: np.ndarray, probabilities: np.ndarray) -> float:
     counts, expected = counts[keep], expected[keep]
     if len(counts) < 2:
         return 1.0
-    g = 2 * np.sum(np.where(counts > 0, counts * np.log(counts / expected), 0.0))
+    ratio = np.where(counts > 0, counts / expected, 1.0)  # 0 log 0 = 0
+    g = 2 * np.sum(counts * np.log(ratio))
     return float(stats.chi2.sf(g, len(counts) - 1))
 
 
