@@ -92,3 +92,68 @@ def test_memory_limit_error_states_the_smallest_limit(capsys):
     code, _ = run([str(DATA / "loop4.uai"), "--task", "PR", "--memory-limit", "8B"])
     assert code == 1
     assert "smallest" in capsys.readouterr().err
+
+
+def test_sample_writes_csv_and_npy(tmp_path):
+    model = str(DATA / "sprinkler.uai")
+    evid = str(DATA / "sprinkler.uai.evid")
+    code, text = run(
+        [model, "--evid", evid, "--task", "SAMPLE", "--samples", "50", "-q"]
+    )
+    assert code == 0
+    header, *rows = text.splitlines()
+    n_vars = read_uai(DATA / "sprinkler.uai").num_variables
+    assert header == ",".join(str(v) for v in range(n_vars))
+    assert len(rows) == 50 and all(len(r.split(",")) == n_vars for r in rows)
+    observed = {}
+    fields = (DATA / "sprinkler.uai.evid").read_text().split()
+    for k in range(int(fields[0])):
+        observed[int(fields[1 + 2 * k])] = int(fields[2 + 2 * k])
+    for v, s in observed.items():
+        assert {r.split(",")[v] for r in rows} == {str(s)}
+    target = tmp_path / "samples.npy"
+    argv = [model, "--task", "SAMPLE", "--samples", "50", "--seed", "3", "-q"]
+    code, text = run([*argv, "--out", str(target)])
+    assert (code, text) == (0, "")
+    x = np.load(target)
+    assert x.shape == (50, n_vars) and x.dtype == np.int32
+    code, text = run([*argv, "-o", str(tmp_path / "samples.csv")])
+    assert (code, text) == (0, "")
+    csv = np.loadtxt(tmp_path / "samples.csv", delimiter=",", skiprows=1, dtype=int)
+    np.testing.assert_array_equal(csv, x)  # the same seed, the same samples
+
+
+def test_mmap_prints_query_variable_state_pairs(tmp_path):
+    query = tmp_path / "loop4.uai.query"
+    query.write_text("2 3 1\n")
+    model = str(DATA / "loop4.uai")
+    code, text = run([model, "--task", "MMAP", "--query", str(query), "-q"])
+    assert code == 0
+    header, line = text.splitlines()
+    assert header == "MMAP"
+    q, v1, s1, v2, s2 = (int(x) for x in line.split())
+    assert (q, v1, v2) == (2, 3, 1)
+    from einslice.pgm import marginal_map
+
+    best = marginal_map(read_uai(DATA / "loop4.uai"), [3, 1])
+    assert best.assignment == {3: s1, 1: s2}
+
+
+def test_mmap_without_a_query_and_sample_without_a_count_are_errors(capsys):
+    code, _ = run([str(DATA / "loop4.uai"), "--task", "MMAP"])
+    assert code == 1
+    assert "needs --query FILE" in capsys.readouterr().err
+    code, _ = run([str(DATA / "loop4.uai"), "--task", "SAMPLE"])
+    assert code == 1
+    assert "needs --samples N" in capsys.readouterr().err
+
+
+def test_the_help_lists_every_task():
+    from einslice.pgm._cli import TASKS
+
+    parser = argparse.ArgumentParser(prog="einslice")
+    p = add_uai_parser(parser.add_subparsers(dest="command"))
+    text = p.format_help()
+    assert TASKS == ("PR", "MAR", "MAP", "MMAP", "SAMPLE")
+    for task in TASKS:
+        assert task in text

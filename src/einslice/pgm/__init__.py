@@ -1,4 +1,4 @@
-"""Exact inference on discrete graphical models: UAI files in, log Z / marginals / MAP.
+"""Exact inference on discrete graphical models: log Z, marginals, MAP, MMAP, samples.
 
 Example:
     >>> import numpy as np
@@ -14,12 +14,16 @@ from ._infer import log_partition as log_partition
 from ._infer import map_assignment as map_assignment
 from ._infer import map_value as map_value
 from ._infer import marginals as marginals
+from ._mmap import marginal_map as marginal_map
 from ._model import Evidence as Evidence
 from ._model import Factor as Factor
 from ._model import FactorGraph as FactorGraph
+from ._sample import sample as sample
 from ._uai import parse_evidence as parse_evidence
+from ._uai import parse_query as parse_query
 from ._uai import parse_uai as parse_uai
 from ._uai import read_evidence as read_evidence
+from ._uai import read_query as read_query
 from ._uai import read_uai as read_uai
 
 __all__ = [
@@ -31,9 +35,13 @@ __all__ = [
     "log_partition",
     "map_assignment",
     "map_value",
+    "marginal_map",
     "marginals",
     "parse_evidence",
+    "parse_query",
     "parse_uai",
     "read_evidence",
+    "read_query",
     "read_uai",
+    "sample",
 ]

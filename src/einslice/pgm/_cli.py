@@ -1,10 +1,14 @@
-"""``einslice uai MODEL.uai [--evid FILE] --task PR|MAR|MAP``: the UAI solver interface.
+"""``einslice uai MODEL.uai --task PR|MAR|MAP|MMAP|SAMPLE``: the UAI solver interface.
 
 Prints the UAI inference competition's output format on stdout (or ``--output``):
 ``PR`` then log10 Z; ``MAR`` then ``N  card p … card p …``; ``MAP`` then
-``N  x_1 … x_N``. Progress (reading, planning, running, with the plan's FLOPs and
-peak memory against the limit) goes to stderr, one line per phase. Errors are one
-line on stderr and exit code 1; ``einslice._cli`` registers this as ``uai``.
+``N  x_1 … x_N``; ``MMAP`` (with ``--query FILE``) then ``q  v_1 x_1 … v_q x_q``.
+``SAMPLE`` draws ``--samples N`` exact samples and writes them as CSV (a
+header of variable indices, then one row per sample) or, for an output file
+ending in ``.npy``, as a numpy ``(N, variables)`` int32 array. Progress
+(reading, planning, running, with the plan's FLOPs and peak memory against the
+limit) goes to stderr, one line per phase. Errors are one line on stderr and
+exit code 1; ``einslice._cli`` registers this as ``uai``.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import TextIO
 
 __all__ = ["add_uai_parser", "run_uai"]
 
-TASKS = ("PR", "MAR", "MAP")
+TASKS = ("PR", "MAR", "MAP", "MMAP", "SAMPLE")
 
 
 def add_uai_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,15 +35,33 @@ def add_uai_parser(subparsers) -> argparse.ArgumentParser:
     """
     p = subparsers.add_parser(
         "uai",
-        help="exact inference on a .uai graphical model (PR, MAR, MAP)",
+        help="exact inference on a .uai graphical model (PR, MAR, MAP, MMAP, SAMPLE)",
         description="Exact inference on a UAI-format MARKOV or BAYES network within "
         "a memory limit: PR (log10 of the partition function / probability of "
-        "evidence), MAR (every variable's marginal) or MAP (a most probable state). "
-        "Prints the UAI competition output format.",
+        "evidence), MAR (every variable's marginal), MAP (a most probable state), "
+        "MMAP (a most probable state of the --query variables, the others summed "
+        "out) or SAMPLE (--samples exact samples, as CSV or, to a .npy file, a "
+        "numpy array). Prints the UAI competition output format.",
     )
     p.add_argument("model", metavar="MODEL.uai", help="the model (gzip accepted)")
     p.add_argument("--evid", metavar="FILE", default=None, help="an evidence file")
     p.add_argument("--task", choices=TASKS, required=True, type=str.upper)
+    p.add_argument(
+        "--query",
+        metavar="FILE",
+        default=None,
+        help="MMAP: the query variables ('q v_1 … v_q', e.g. MODEL.uai.query)",
+    )
+    p.add_argument(
+        "--samples",
+        metavar="N",
+        type=int,
+        default=None,
+        help="SAMPLE: how many samples to draw",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, help="SAMPLE: the random seed (default 0)"
+    )
     p.add_argument(
         "--memory-limit",
         default=None,
@@ -53,7 +75,12 @@ def add_uai_parser(subparsers) -> argparse.ArgumentParser:
         help="contraction order search: auto (default), greedy, optimal, dp",
     )
     p.add_argument(
-        "-o", "--output", default=None, help="write the result here, not to stdout"
+        "-o",
+        "--output",
+        "--out",
+        default=None,
+        help="write the result here, not to stdout (SAMPLE: .npy for a numpy "
+        "array, else CSV)",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return p
@@ -86,7 +113,12 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
             message = limit_too_small(e, args.memory_limit)
         print(f"einslice uai: error: {message}", file=sys.stderr)
         return 1
-    if args.output:
+    if not isinstance(text, str):  # samples, for a .npy file
+        import numpy as np
+
+        np.save(args.output, text)
+        progress(f"wrote {args.output}")
+    elif args.output:
         with open(args.output, "w") as f:
             f.write(text)
         progress(f"wrote {args.output}")
@@ -96,12 +128,23 @@ def run_uai(args: argparse.Namespace, stdout: TextIO | None = None) -> int:
     return 0
 
 
-def _solve(args: argparse.Namespace, progress: _Progress) -> str:
+def _solve(args: argparse.Namespace, progress: _Progress):
+    """The result: text, or for SAMPLE to a ``.npy`` file the samples' array."""
     import jax
 
     from .._internal import CLI_NAMING, memory_limit_bytes
     from . import _infer
-    from ._uai import read_evidence, read_uai
+    from ._uai import read_evidence, read_query, read_uai
+
+    if args.task == "MMAP" and args.query is None:
+        raise _infer.EinsliceError(
+            "--task MMAP needs --query FILE, the query variables "
+            "('q v_1 … v_q', e.g. MODEL.uai.query)."
+        )
+    if args.task == "SAMPLE" and (args.samples is None or args.samples < 0):
+        raise _infer.EinsliceError(
+            f"--task SAMPLE needs --samples N, a count ≥ 0 (got {args.samples})."
+        )
 
     if args.dtype == "float64":
         jax.config.update("jax_enable_x64", True)
@@ -115,6 +158,8 @@ def _solve(args: argparse.Namespace, progress: _Progress) -> str:
         + (f", {len(evidence)} observed" if evidence else "")
         + "; planning"
     )
+    if args.task in ("MMAP", "SAMPLE"):
+        return _mmap_or_sample(args, model, evidence, limit, read_query, progress)
     semiring = "max" if args.task == "MAP" else "log"
     prepared = _infer._prepare(
         model,
@@ -144,6 +189,48 @@ def _solve(args: argparse.Namespace, progress: _Progress) -> str:
     progress(f"MAP log-score (ln) = {result.log_value!r}")
     states = [str(result.assignment[name]) for name in model.variables]
     return "MAP\n" + " ".join([str(model.num_variables), *states]) + "\n"
+
+
+def _mmap_or_sample(args, model, evidence, limit, read_query, progress):
+    import time
+
+    import jax
+
+    from ._mmap import marginal_map
+    from ._sample import sample
+
+    if args.task == "MMAP":
+        query = read_query(args.query)
+        result = marginal_map(
+            model,
+            query,
+            evidence,
+            memory_limit=limit,
+            optimize=args.optimize,
+            dtype=args.dtype,
+        )
+        progress(
+            f"{len(query)} query variables; MMAP log-value (ln) = {result.log_value!r}"
+        )
+        pairs = [f"{v} {result.assignment[v]}" for v in query]
+        return "MMAP\n" + " ".join([str(len(query)), *pairs]) + "\n"
+    start = time.perf_counter()
+    samples = sample(
+        model,
+        args.samples,
+        evidence,
+        key=jax.random.key(args.seed),
+        memory_limit=limit,
+        optimize=args.optimize,
+        dtype=args.dtype,
+    )
+    seconds = time.perf_counter() - start
+    progress(f"drew {len(samples)} samples in {seconds:.2f} s (seed {args.seed})")
+    if args.output and str(args.output).endswith(".npy"):
+        return samples
+    header = ",".join(str(v) for v in range(model.num_variables))
+    rows = "\n".join(",".join(map(str, row)) for row in samples.tolist())
+    return header + "\n" + rows + ("\n" if len(samples) else "")
 
 
 def _describe(prepared, limit: int | None) -> str:

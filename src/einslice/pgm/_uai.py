@@ -27,7 +27,14 @@ from einslice import EinsliceError
 from .._internal import EinsliceFileNotFoundError
 from ._model import Factor, FactorGraph
 
-__all__ = ["parse_evidence", "parse_uai", "read_evidence", "read_uai"]
+__all__ = [
+    "parse_evidence",
+    "parse_query",
+    "parse_uai",
+    "read_evidence",
+    "read_query",
+    "read_uai",
+]
 
 _TYPES = ("MARKOV", "BAYES")
 
@@ -74,6 +81,27 @@ def read_evidence(path: str | os.PathLike[str]) -> dict[int, int]:
         {1: 2}
     """
     return parse_evidence(_read_text(path), source=os.fspath(path))
+
+
+def read_query(path: str | os.PathLike[str]) -> list[int]:
+    """Reads a UAI query file (marginal MAP): ``q v_1 … v_q``.
+
+    Args:
+        path: the ``.query`` file (gzip accepted).
+
+    Returns:
+        The query variables' positions, in the file's order, to pass as
+        ``query=`` to `marginal_map`.
+
+    Raises:
+        FileNotFoundError: no file at ``path`` (also an EinsliceError).
+        EinsliceError: on a malformed file, naming the line and what was expected.
+
+    Example:
+        >>> read_query("Grids_18.uai.query")  # doctest: +SKIP
+        [46, 1342, 1030, ...]
+    """
+    return parse_query(_read_text(path), source=os.fspath(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +392,46 @@ def parse_evidence(text: str, source: str = "<string>") -> dict[int, int]:
     if cur.at_end():
         return {}
     return _observations(cur, _observed_count(cur))
+
+
+def parse_query(text: str, source: str = "<string>") -> list[int]:
+    """Parses the text of a UAI query file; see `read_query`.
+
+    Args:
+        text: the file's contents.
+        source: the name used in error messages.
+
+    Returns:
+        The query variables' positions.
+
+    Raises:
+        EinsliceError: on malformed input, naming the line and what was expected.
+
+    Example:
+        >>> parse_query("4 0 4 8 17")
+        [0, 4, 8, 17]
+    """
+    cur = _cursor(text, source)
+    if cur.at_end():
+        raise cur.error(1, "the file is empty; expected 'q v_1 … v_q'.")
+    count, line = cur.int("the number of query variables")
+    if count < 0:
+        raise cur.error(line, f"{count} query variables; expected ≥ 0.")
+    if len(cur.tokens) != 1 + count:
+        raise cur.error(
+            line,
+            f"the query declares {count} variables, so expected {1 + count} "
+            f"numbers in all ('q v_1 … v_q') but the file holds {len(cur.tokens)}.",
+        )
+    query = []
+    for _ in range(count):
+        var, vline = cur.int("a variable index")
+        if var < 0:
+            raise cur.error(vline, f"variable index {var}; expected ≥ 0.")
+        if var in query:
+            raise cur.error(vline, f"variable {var} is listed twice; list it once.")
+        query.append(var)
+    return query
 
 
 def _observed_count(cur: _Cursor) -> int:
