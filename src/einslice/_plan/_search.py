@@ -1248,9 +1248,9 @@ def search_pays(spend: float, n_terms: int, semiring: str = "sum") -> bool:
 
     Example:
         >>> n = 64
-        >>> search_pays(least_search_cost(n), n), search_pays(0.01, n)
+        >>> search_pays(least_search_cost(n), n), search_pays(0.02, n)
         (True, False)
-        >>> search_pays(0.01, n, "log")
+        >>> search_pays(0.02, n, "log")
         True
     """
     if cheap(spend, n_terms):
