@@ -127,13 +127,14 @@ def heavy_model() -> FactorGraph:
     return FactorGraph.from_factors(scopes, tables)
 
 
-def test_a_limit_below_the_kept_nodes_conditions_on_variables():
+def test_a_limit_below_the_walk_conditions_on_variables():
     model = heavy_model()
     n = 30_000
     tree_bytes = _bytes_needed(model, n)
-    limit = int(tree_bytes * 0.6)
+    limit = int(tree_bytes * 0.6)  # (the walk needs 96 864 B here)
     x = sample(model, n, key=jax.random.key(3), memory_limit=limit)
     layout = _layout(model, n, limit)
+    assert layout.walk is None, "the walk should not fit this limit"
     assert layout.conditioned, "the limit should have forced conditioning"
     assert layout.peak_bytes <= limit
     assert passes(frequency_p_values(model, x))

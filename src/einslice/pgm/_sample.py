@@ -13,7 +13,10 @@ each step's summed variables from those logits (``jax.random.categorical``).
 Both run in one compiled program, so n samples cost one log Z plus n walks
 of gathers, not n inferences.
 
-Where keeping every node would not fit the memory limit, some variables are
+Where keeping every node would not fit the memory limit, the sampler walks
+down the tree making each step's children when it draws the step, caching
+what fits and recomputing the rest (`_walk`): about one forward pass's memory,
+a few passes' work. Where even that would not fit, some variables are
 conditioned on (the sampler's slicing): for each joint state ``c`` of them
 the tree runs on the tables sliced at ``c`` (a ``lax.scan``), giving log
 Z_c and n samples given ``c``; each sample keeps the state whose
@@ -82,9 +85,10 @@ def sample(
 
     Ancestral sampling down the contraction tree of log Z (see the module
     docstring): one forward pass keeping every node, then every sample drawn
-    top-down from its steps' conditionals, all in one compiled program; the
-    memory limit is met by conditioning on a few variables (and drawing the
-    samples in chunks) when keeping every node would not fit it.
+    top-down from its steps' conditionals, all in one compiled program. When
+    keeping every node would not fit the memory limit, a walk down the tree
+    that recomputes nodes (on the host, float64), and only when that would
+    not fit either, conditioning on a few variables.
 
     Args:
         model: the graphical model.
@@ -92,8 +96,8 @@ def sample(
         evidence: maps variable names to observed states; every sample has them.
         key: a ``jax.random`` key; the same key (and limit) gives the same samples.
         memory_limit: bytes or a string like ``"256MB"`` bounding the sampler's
-            temporary memory (the kept nodes, one step's work, a chunk of
-            samples; the tables and the returned samples are not counted);
+            temporary memory (the kept or cached nodes, one step's work, a
+            chunk of samples; the tables and the returned samples are not counted);
             None takes einslice's device default.
         optimize: as for `log_partition` (the tree sampled down).
         dtype: float32 (default) or float64 (needs ``jax_enable_x64``): the
