@@ -283,6 +283,7 @@ def _bytes_needed(model: FactorGraph, n: int) -> int:
         ("Grids_12", 300_000, "256MB"),
         ("Segmentation_11", 200_000, "256MB"),
         ("Grids_15", 100_000, "256MB"),  # the walk: every node kept is 3.2 GB
+        ("CSP_11", 100_000, "256MB"),  # the walk: 1.2 GB
     ],
 )
 def test_shared_instances_samples_match_their_marginals(name, n, limit):
