@@ -127,16 +127,68 @@ def heavy_model() -> FactorGraph:
     return FactorGraph.from_factors(scopes, tables)
 
 
-def test_a_limit_below_the_kept_nodes_conditions_on_variables():
+def test_a_limit_below_the_walk_conditions_on_variables():
     model = heavy_model()
     n = 30_000
     tree_bytes = _bytes_needed(model, n)
-    limit = int(tree_bytes * 0.6)
+    limit = int(tree_bytes * 0.6)  # (the walk needs 96 864 B here)
     x = sample(model, n, key=jax.random.key(3), memory_limit=limit)
     layout = _layout(model, n, limit)
+    assert layout.walk is None, "the walk should not fit this limit"
     assert layout.conditioned, "the limit should have forced conditioning"
     assert layout.peak_bytes <= limit
     assert passes(frequency_p_values(model, x))
+
+
+def test_a_limit_below_the_kept_nodes_walks_down_recomputing_them():
+    model = heavy_model()
+    n = 20_000
+    limit = 100_000  # under every node kept (142 600 B), over the walk's least
+    assert _bytes_needed(model, n) > limit
+    layout = _layout(model, n, limit)
+    assert layout.walk is not None and not layout.conditioned
+    assert layout.walk.made > layout.walk.steps, "the limit should force remaking"
+    assert layout.peak_bytes <= limit
+    x = sample(model, n, key=jax.random.key(4), memory_limit=limit)
+    assert passes(frequency_p_values(model, x))
+    again = sample(model, n, key=jax.random.key(4), memory_limit=limit)
+    np.testing.assert_array_equal(again, x)
+
+
+@needs_shared
+def test_the_walk_holds_its_peak_to_the_limit_on_grids_12():
+    import tracemalloc
+
+    from einslice._internal import host_profile
+    from einslice.pgm import _infer, _walk
+    from einslice.pgm._network import build_network
+
+    model = read_uai(SHARED / "Grids_12.uai")
+    evidence = read_evidence(SHARED / "Grids_12.uai.evid")
+    limit, n = 600_000, 4_000  # every node kept needs 1.0 MB
+    network, order = _infer._resolve(
+        build_network(model.condition(evidence)),
+        "auto",
+        "log",
+        limit,
+        np.dtype("float32"),
+        True,
+        host_profile(),
+    )
+    tree = _sample._tree(network, order)
+    layout = _sample._fit(tree, n, 4, limit)
+    assert layout.walk is not None and layout.peak_bytes <= limit
+    assert layout.walk.made > layout.walk.steps
+    [np.asarray(t) for t in network.tables]  # (the tables are not counted)
+    tracemalloc.start()
+    try:
+        x = _walk._run_walk(network, tree, layout.walk, n, jax.random.key(0))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    samples = 2 * x.nbytes  # the output, and its transpose's copy
+    assert peak - samples <= limit, (peak, samples, layout.peak_bytes)
+    assert x.shape == (n, network.model.num_variables)
 
 
 def test_a_limit_below_every_layout_states_the_smallest():
@@ -230,6 +282,8 @@ def _bytes_needed(model: FactorGraph, n: int) -> int:
         ("Promedus_24", 1_000_000, "256MB"),
         ("Grids_12", 300_000, "256MB"),
         ("Segmentation_11", 200_000, "256MB"),
+        ("Grids_15", 100_000, "256MB"),  # the walk: every node kept is 3.2 GB
+        ("CSP_11", 100_000, "256MB"),  # the walk: 1.2 GB
     ],
 )
 def test_shared_instances_samples_match_their_marginals(name, n, limit):

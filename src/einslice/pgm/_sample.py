@@ -13,7 +13,10 @@ each step's summed variables from those logits (``jax.random.categorical``).
 Both run in one compiled program, so n samples cost one log Z plus n walks
 of gathers, not n inferences.
 
-Where keeping every node would not fit the memory limit, some variables are
+Where keeping every node would not fit the memory limit, the sampler walks
+down the tree making each step's children when it draws the step, caching
+what fits and recomputing the rest (`_walk`): about one forward pass's memory,
+a few passes' work. Where even that would not fit, some variables are
 conditioned on (the sampler's slicing): for each joint state ``c`` of them
 the tree runs on the tables sliced at ``c`` (a ``lax.scan``), giving log
 Z_c and n samples given ``c``; each sample keeps the state whose
@@ -45,6 +48,7 @@ from .._internal import (
 )
 from ._model import Evidence, FactorGraph
 from ._network import Network, _broadcast, build_network
+from ._walk import _plan_walk, _run_walk, _Walk
 
 __all__ = ["sample"]
 
@@ -57,6 +61,10 @@ MAX_CONDITIONED_STATES = 1 << 16
 # of ones, not ``jnp.cumsum`` (an associative scan of slices and pads on the
 # CPU that made most of a program's ops).
 TRIANGLE_STATES = 64
+# A pairwise step one of whose tables has at most this many variables is
+# multiplied by np.einsum's own loop, not its matmul path (`_einsum`); with
+# 8 variables against 19 the loop was 5x slower (Grids_15, load 2.7).
+SMALL_OPERAND = 2
 # Samples drawn together at most: the chunk's states are the scan's carry, and
 # larger chunks ran slower (Promedus_24, 10^5 samples on 2 busy cores, load
 # 10-13: chunks of 10^3 took 8-15 s, 10^4 4.3-5.0 s, 10^5 6.8-7.5 s).
@@ -77,9 +85,10 @@ def sample(
 
     Ancestral sampling down the contraction tree of log Z (see the module
     docstring): one forward pass keeping every node, then every sample drawn
-    top-down from its steps' conditionals, all in one compiled program; the
-    memory limit is met by conditioning on a few variables (and drawing the
-    samples in chunks) when keeping every node would not fit it.
+    top-down from its steps' conditionals, all in one compiled program. When
+    keeping every node would not fit the memory limit, a walk down the tree
+    that recomputes nodes (on the host, float64), and only when that would
+    not fit either, conditioning on a few variables.
 
     Args:
         model: the graphical model.
@@ -87,8 +96,8 @@ def sample(
         evidence: maps variable names to observed states; every sample has them.
         key: a ``jax.random`` key; the same key (and limit) gives the same samples.
         memory_limit: bytes or a string like ``"256MB"`` bounding the sampler's
-            temporary memory (the kept nodes, one step's work, a chunk of
-            samples; the tables and the returned samples are not counted);
+            temporary memory (the kept or cached nodes, one step's work, a
+            chunk of samples; the tables and the returned samples are not counted);
             None takes einslice's device default.
         optimize: as for `log_partition` (the tree sampled down).
         dtype: float32 (default) or float64 (needs ``jax_enable_x64``): the
@@ -156,6 +165,8 @@ def _draw(
     from ._infer import _zero_partition
 
     skip = layout.conditioned
+    if layout.walk is not None:
+        return _run_walk(network, tree, layout.walk, n, key)
     if not skip:
         nodes = _forward(network.tables, tree, ())
         if not float(nodes[-1]) > -math.inf:
@@ -302,6 +313,7 @@ class _Layout:
     conditioned: tuple[int, ...]
     chunk: int
     peak_bytes: int
+    walk: _Walk | None = None
 
 
 def _entries(labels: Sequence[int], cards: Sequence[int], skip) -> int:
@@ -336,11 +348,15 @@ def _peak(tree: _Tree, conditioned: frozenset[int], chunk: int, itemsize: int) -
     return kept * (8 + itemsize) + step * 8 + chunk * per_sample
 
 
-def _fit(tree: _Tree, n: int, itemsize: int, limit: int) -> _Layout:
-    """The fewest conditioned variables (greedy), then the largest chunk, that fit.
+def _fit(
+    tree: _Tree, n: int, itemsize: int, limit: int, *, walk: bool = True
+) -> _Layout:
+    """Every node kept if that fits; else a walk that recomputes; else conditioning.
 
-    Conditioning on a variable divides every node holding it by its states;
-    the one that saves the most bytes of kept nodes is taken first.
+    The walk (`_plan_walk`) is tried first when the kept nodes would not fit
+    (``walk=False`` skips it). Conditioning on a variable divides every
+    node holding it by its states; the one that saves the most bytes of kept
+    nodes is taken first.
 
     Raises:
         MemoryLimitError: when no layout with at most
@@ -352,6 +368,10 @@ def _fit(tree: _Tree, n: int, itemsize: int, limit: int) -> _Layout:
     while True:
         need_one = _peak(tree, conditioned, 1, itemsize)
         best = need_one if best is None else min(best, need_one)
+        if need_one > limit and not conditioned and walk:
+            plan = _plan_walk(tree, n, limit)
+            if plan is not None:
+                return _Layout((), plan.chunk, plan.peak_bytes, plan)
         if need_one <= limit:
             per = _peak(tree, conditioned, 2, itemsize) - need_one
             chunk = min(n, MAX_CHUNK, 1 + (limit - need_one) // max(per, 1))
@@ -443,7 +463,12 @@ def _einsum(arrays, labels, keep) -> np.ndarray:
     operands: list = []
     for array, term in zip(arrays, labels, strict=True):
         operands += [array, [number[v] for v in term]]
-    return np.asarray(np.einsum(*operands, [number[v] for v in keep], optimize=True))
+    # A big table times a small one in numpy's own loop: its matmul path
+    # transposes the big one first (Grids_15's 2^20-entry steps times a
+    # pairwise factor: 140 ms against 2.5 ms, load 2.7).
+    small = len(labels) == 2 and min(len(t) for t in labels) <= SMALL_OPERAND
+    out = np.einsum(*operands, [number[v] for v in keep], optimize=not small)
+    return np.asarray(out)
 
 
 def _exact(arrays, labels, keep, summed) -> np.ndarray:
