@@ -141,6 +141,16 @@ def check_compiled(interpret: bool, shapes=ON_TPU_SHAPES):
             np.testing.assert_array_equal(got, want)
 
 
+def test_the_index_maps_are_int32_under_x64():
+    # Mosaic refuses an index map returning an int64 (a literal 0 under x64,
+    # which the tests enable): "failed to legalize operation 'func.return'".
+    assert jax.config.jax_enable_x64
+    grid = [jnp.int32(1)] * 4
+    for index_map in (_pallas._lhs_block, _pallas._rhs_block, _pallas._out_block):
+        jaxpr = jax.make_jaxpr(index_map)(*grid)
+        assert {v.aval.dtype for v in jaxpr.jaxpr.outvars} == {np.dtype("int32")}
+
+
 def test_blocks_fit_the_tpu_tiles():
     for m, k, n in [(1, 1, 1), (5, 3, 7), (100, 200, 300), (4096, 4096, 4096)]:
         b = _pallas.blocks(m, k, n)

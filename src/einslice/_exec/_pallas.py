@@ -236,6 +236,22 @@ def _kernel(a_ref, b_ref, o_ref, *, blk: Blocks, interpret: bool):
     lax.fori_loop(jnp.int32(0), jnp.int32(o_ref.shape[1] // tile), rows, 0)
 
 
+# The blocks' index maps over the grid (batch, rows, columns, contracted).
+# Their constants are int32: a literal 0 is int64 under ``jax_enable_x64``,
+# which Mosaic refuses ("failed to legalize operation 'func.return'
+# (i32, i32, i32, i64)", TPU v5e, JAX 0.10.2, 2026-12-07).
+def _lhs_block(b, i, j, c):
+    return b, i, c
+
+
+def _rhs_block(b, i, j, c):
+    return b, j, c, jnp.int32(0)
+
+
+def _out_block(b, i, j, c):
+    return b, j, i, jnp.int32(0)
+
+
 def max_plus_tpu(
     lhs: jax.Array,
     rhs: jax.Array,
@@ -270,10 +286,10 @@ def max_plus_tpu(
         out_shape=jax.ShapeDtypeStruct((batch, pn // 128, pm, 128), lhs.dtype),
         grid=(batch, pm // bm, pn // bn, pk // bk),
         in_specs=[
-            pl.BlockSpec((None, bm, bk), lambda b, i, j, c: (b, i, c)),
-            pl.BlockSpec((None, lanes, bk, 128), lambda b, i, j, c: (b, j, c, 0)),
+            pl.BlockSpec((None, bm, bk), _lhs_block),
+            pl.BlockSpec((None, lanes, bk, 128), _rhs_block),
         ],
-        out_specs=pl.BlockSpec((None, lanes, bm, 128), lambda b, i, j, c: (b, j, i, 0)),
+        out_specs=pl.BlockSpec((None, lanes, bm, 128), _out_block),
         compiler_params=_PARAMS(
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary"),
             vmem_limit_bytes=_vmem_limit(),
