@@ -45,7 +45,7 @@ from .._errors import EinsliceError
 from .._plan import _wisdom
 from .._plan._planner import tuning_candidates
 from .._plan._request import PlanRequest
-from .._plan._search import cheap
+from .._plan._search import MEASURED_PER_ESTIMATED, cheap
 from .._plan._types import HostWalk, Plan
 from .._plan._walk import walk_peak_bytes
 from . import _background, _tune
@@ -67,10 +67,10 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 HOST_FIRST_MIN_STEPS = 16
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
 # seconds per estimated second (``Cost.time``) of these "log" plans of small
-# tables: the model's CPU profile counts 3e11 FLOP/s, they ran at ~1e10. And
+# tables (``_search.MEASURED_PER_ESTIMATED``, which the planning bound uses
+# too: the model's CPU profile counts 3e11 FLOP/s, they ran at ~1e10). And
 # what one table adds to the compile time of a "log" plan (Segmentation_11:
 # 510 tables, ~19 s).
-MEASURED_PER_ESTIMATED = 30.0
 COMPILE_SECONDS_PER_TABLE = 0.04
 
 # Tuning ("auto"): the best TOP_K candidates are measured, only when tuning is

@@ -47,6 +47,7 @@ from .._internal import (
     build_equation,
     cheap,
     choose,
+    clock,
     compile_options,
     current_profile,
     default_memory_limit,
@@ -56,6 +57,7 @@ from .._internal import (
     host_value_and_grad,
     host_walk,
     plan_with_tree,
+    planning_bound,
     prepare_terms,
     run_on_host,
     search_tree,
@@ -422,6 +424,7 @@ def _prepare(
     ``profile``: the device to plan for (default this one's).
     """
     dtype_ = _check_dtype(dtype)
+    started = clock()  # (planning's bound counts every search below)
     network = build_network(model.condition(evidence))
     if not network.tables or network.offset == -math.inf:
         return _Prepared(network, None, dtype_)
@@ -450,7 +453,14 @@ def _prepare(
         # the MAP value run): quicker to make than one whose compiled
         # derivative fits (Grids_15 "max": 23 s, the derivative over the limit).
         forward = _plan_network(
-            network, optimize, semiring, memory_limit, dtype_, True, host_profile()
+            network,
+            optimize,
+            semiring,
+            memory_limit,
+            dtype_,
+            True,
+            host_profile(),
+            started,
         )
         if forward.derivative_on_host:
             return replace(forward, replan=replan)
@@ -462,7 +472,14 @@ def _prepare(
         candidate = replace(forward, replan=replan, recompute=True)
         recomputed = candidate if candidate.derivative_on_host else None
     plan_for = partial(
-        _plan_network, network, optimize, semiring, memory_limit, dtype_, value_only
+        _plan_network,
+        network,
+        optimize,
+        semiring,
+        memory_limit,
+        dtype_,
+        value_only,
+        started=started,
     )
     if semiring == "max" and not value_only:
         plan_for = partial(_plan_map, plan_for, network, optimize, memory_limit, dtype_)
@@ -494,10 +511,14 @@ def _plan_network(
     dtype: np.dtype,
     value_only: bool,
     profile: Profile,
+    started: float | None = None,
 ) -> _Prepared:
-    """`_resolve` and ``einslice.plan`` for the device ``profile`` describes."""
+    """`_resolve` and ``einslice.plan`` for the device ``profile`` describes.
+
+    ``started``: when planning began (`_resolve`).
+    """
     network, order = _resolve(
-        network, optimize, semiring, memory_limit, dtype, value_only, profile
+        network, optimize, semiring, memory_limit, dtype, value_only, profile, started
     )
     args: list = []
     for table, term in zip(network.tables, network.terms, strict=True):
@@ -550,6 +571,7 @@ def _resolve(
     dtype: np.dtype,
     value_only: bool,
     profile: Profile,
+    started: float | None = None,
 ) -> tuple[Network, object]:
     """Merges tables and turns ``optimize`` into what the planner gets.
 
@@ -561,6 +583,11 @@ def _resolve(
     `Found`: path and sliced indices, the seeds of its chunk sizing). A path
     optimizer object is called once, on the network with tiny neighbouring
     tables merged.
+    Under ``"auto"`` the searches are bounded (``_search.planning_bound``):
+    planning since ``started`` (default: now; ``_prepare``'s start, so that
+    a value's and its derivative's plans share the bound) stops searching
+    merged variants, and each search stops, once it has taken the best
+    tree's estimated run time plus a few seconds.
     """
     if isinstance(optimize, list | tuple):
         raise EinsliceError(
@@ -570,8 +597,10 @@ def _resolve(
             "such as cotengra.HyperOptimizer(...)."
         )
     search = optimize if isinstance(optimize, TreeSearch) else None
+    since = None  # (a search the caller asked for keeps its own settings)
     if optimize == "auto" and len(network.tables) > AUTO_CORE_MAX_TABLES:
-        search = TreeSearch()
+        search = TreeSearch()  # bounded: ``planning_bound``
+        since = clock() if started is None else started
     if search is not None:
         limit = (
             default_memory_limit()
@@ -579,11 +608,16 @@ def _resolve(
             else parse_memory_limit(memory_limit)
         )
         options = []
+        best = math.inf  # the best estimate of a tree that fits, so far
         for entries in CLUSTER_OPTIONS:
+            if since is not None and clock() - since > planning_bound(best, semiring):
+                break  # planning's bound holds across the variants too
             variant = merge(network, cluster_groups(network, entries))
             if any(len(v.tables) == len(variant.tables) for _, v, _ in options):
                 continue
-            found = _search(variant, semiring, limit, dtype.itemsize, search, profile)
+            found = _search(
+                variant, semiring, limit, dtype.itemsize, search, profile, since
+            )
             groups, path = tree_groups(variant.terms, variant.sizes(), found.path)
             merged = merge(variant, groups)
             tree = _for_planner(found, variant, merged, path)
@@ -591,6 +625,7 @@ def _resolve(
             # (Grids_15 "max": the 64-entry variant's tree, 272 MB at 256 MB,
             # had the least compile time and left the planner nothing to fit).
             over = found.peak_bytes > limit
+            best = best if over else min(best, found.time)
             options.append(
                 ((over, tree_seconds(found.time, len(groups))), merged, tree)
             )
@@ -642,8 +677,11 @@ def _search(
     itemsize: int,
     search: TreeSearch,
     profile: Profile,
+    since: float | None = None,
 ) -> Found:
     """The core's tree search on a network's tables (variables relabelled 0..).
+
+    ``since``: when planning began, for a bounded search (``search_tree``).
 
     The search sees the tables as they are, variables of one table alone
     included (`_variables` numbers them): on these networks cotengra finds
@@ -668,6 +706,7 @@ def _search(
         search_seconds=search.seconds,
         profile=profile,
         runs=1 if search.runs is None else search.runs,
+        since=since,
     )
 
 
