@@ -26,7 +26,10 @@ no further trial can save more than that); otherwise, after
 far cost more than the best tree's estimated run time, counting each trial as
 ``TRIAL_COST_PER_TENSOR`` per tensor, or after ``patience`` trials in a row
 that did not improve it; stop after ``trials`` trials in any case, and never
-later than ``search_seconds`` of wall time*.
+later than ``search_seconds`` of wall time*. A default search (``optimize=
+"auto"``, ``einslice.pgm``) is also bounded: *planning stops once it has
+taken its best tree's estimated run time, as measured here, plus a few
+seconds* (`planning_bound`).
 Then cotengra's own ``HyperOptimizer``, configured as its users run it at this
 limit (`reference_search`), gets the same seed and as many trials, fewer when
 they would cost more than the best tree's estimated run time
