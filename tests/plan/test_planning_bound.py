@@ -76,13 +76,18 @@ def test_the_bound_is_the_trees_measured_run_time_plus_a_few_seconds():
     assert planning_bound(math.inf) == math.inf
 
 
-def test_a_bounded_search_stops_once_planning_passes_the_bound(clock, tmp_path):
-    # 30 tensors: 9 minimum trials, each 10 s on the fake clock, for a tree
-    # estimated in milliseconds: the bound (~3 s) ends the search after its
-    # first trial, and the search, cut short, is not stored on disk.
+def test_a_bounded_search_stops_once_planning_passes_the_bound(
+    clock, tmp_path, monkeypatch
+):
+    # 30 tensors, 2 minimum trials here, each 10 s on the fake clock, for a
+    # tree estimated in milliseconds: the bound (~3 s) ends the search after
+    # the minimum trials (the search's floor), and the search, cut short, is
+    # not stored on disk. (A budget keeps rule 2 from ending it first.)
+    monkeypatch.setattr(_search, "MIN_TENSOR_TRIALS", 60)
     terms, output, sizes = _network(30, seed=1)
-    found = search_tree(terms, output, sizes, 4, 2**16, since=clock())
-    assert clock.trials == 1 and found.trials == 1
+    settings = {"patience": 8, "budget": 1e9}
+    found = search_tree(terms, output, sizes, 4, 2**16, **settings, since=clock())
+    assert clock.trials == 2 and found.trials == 2
     assert planning_bound(found.time) < clock.per_trial
     assert not list((tmp_path / "trees").glob("*.json"))
 
@@ -91,7 +96,7 @@ def test_an_explicit_search_keeps_its_own_settings(clock, tmp_path):
     # the same search unbounded (an explicit TreeSearch): its minimum trials
     # at least, whatever the clock says, and stored on disk
     terms, output, sizes = _network(30, seed=1)
-    found = search_tree(terms, output, sizes, 4, 2**16, search_seconds=1e9)
+    found = search_tree(terms, output, sizes, 4, 2**16)
     least = min(math.ceil(_search.MIN_TENSOR_TRIALS / 30), _search.default_trials(30))
     assert clock.trials == found.trials >= least > 1
     assert list((tmp_path / "trees").glob("*.json"))

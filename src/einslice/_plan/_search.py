@@ -186,12 +186,17 @@ MEASURED_PER_ESTIMATED = 30.0
 # has taken its best tree's run time, as measured here, plus this. DBN_16
 # searched 42 s (265 s under load 12+) for a 1.4 s contraction.
 PLAN_ALLOWANCE_SECONDS = 3.0
-# The search's clock (tests replace it with a fake one).
-_clock = time.perf_counter
+# The planning bound's clock: this thread's CPU seconds, which other
+# processes' load does not inflate, as it does not the estimates (a wall
+# clock at load 10-12 cut ObjectDetection_11's search after 1 of its 2
+# minimum trials: its 0.036 s tree lost to a 0.128 s one, run 10x slower).
+# Tests replace it with a fake one. The wall-time cap keeps ``_wall``.
+_clock = time.thread_time
+_wall = time.perf_counter
 
 
 def clock() -> float:
-    """The search's clock's reading (``_clock``: tests replace it), in seconds."""
+    """The planning bound's clock's reading (``_clock``), in seconds."""
     return _clock()
 
 
@@ -362,12 +367,13 @@ def search_tree(
         budget: the estimated seconds the search may cost where more than
             its best tree's run time (`TreeSearch.budget`, `allowance`); part
             of the cache key.
-        since: when planning began (a reading of ``_clock``): the search is
+        since: when planning began (a reading of `clock`): the search is
             bounded, it stops once planning has taken `planning_bound` of
-            its best tree so far (what ``optimize="auto"`` and
-            ``einslice.pgm`` run; a search it cuts short is not stored on
-            disk). None: not bounded (a `TreeSearch` the caller gave, a
-            growth search: their own settings and budgets).
+            its best tree so far, from its minimum trials on (what
+            ``optimize="auto"`` and ``einslice.pgm`` run; a search it cuts
+            short is not stored on disk). None: not bounded (a `TreeSearch`
+            the caller gave, a growth search: their own settings and
+            budgets).
 
     Returns:
         The best tree found, as a `Found`.
@@ -682,15 +688,20 @@ def _search(
     del given
     elimination.register()
     kahypar.register()
-    started = _clock()
+    started = _wall()
     deadline = started + search_seconds
 
-    def until(best_time: float) -> float:
-        """When the search must end, given its best tree's estimate so far."""
-        if since is None:
-            return deadline
-        best_time = min(best_time, quick_time)
-        return min(deadline, since + planning_bound(best_time, semiring))
+    def left(best_time: float, bounded: bool = True) -> float:
+        """Seconds left to the cap and (``bounded``) to the planning bound.
+
+        The bound's are `clock`'s seconds, given the best tree's estimate so
+        far (and the quick tree's).
+        """
+        seconds = deadline - _wall()
+        if since is not None and bounded:
+            bound = planning_bound(min(best_time, quick_time), semiring)
+            seconds = min(seconds, since + bound - _clock())
+        return seconds
 
     objective = _objective(
         terms, output, sizes, itemsize, memory_limit, semiring, profile
@@ -709,22 +720,22 @@ def _search(
             profile,
             seed,
             min(best_time, quick_time),
-            until(best_time),
-            until,
+            deadline,
+            left,
         )
         annealed.extend([] if found is None else [found])
         return math.inf if found is None else found.time
 
     complete = _run_trials(
-        optimizer, terms, output, sizes, seed, trials, patience, until, anneal, budget
+        optimizer, terms, output, sizes, seed, trials, patience, left, anneal, budget
     )
     own = _found(optimizer, len(sizes))
     if annealed and better(annealed[0], own, memory_limit, profile):
         own = dataclasses.replace(annealed[0], trials=own.trials)
     if not complete or not needs_reference(own, sizes, len(terms), budget):
         return own, complete  # (cut short by the wall-time cap: no time left)
-    seconds_left = until(own.time) - _clock()
-    own_trial_seconds = (_clock() - started) / max(own.trials, 1)
+    seconds_left = left(own.time)
+    own_trial_seconds = (_wall() - started) / max(own.trials, 1)
     if reference_trial_wall(own_trial_seconds, own, sizes) > seconds_left:
         # cotengra checks its time cap only between trials: one trial that
         # cannot end before the deadline would overrun it, so the wall-time
@@ -983,7 +994,7 @@ def _annealed(
     seed,
     best_time: float,
     deadline: float,
-    until: Callable[[float], float] | None = None,
+    left: Callable[[float], float] | None = None,
 ) -> Found | None:
     """The best of a few simulated annealings of the greedy tree, if they can pay.
 
@@ -995,8 +1006,9 @@ def _annealed(
     while the best annealed tree is estimated dearer than the anneals so far,
     up to `ANNEAL_MAX`. None when none ran: an anneal whose estimated wall time
     (`ANNEAL_WALL_PER_TENSOR`, then the first one's measured) would end past
-    ``deadline`` does not start (nor past ``until(best annealed time)``, the
-    search's deadline given its best tree, where given).
+    ``deadline`` (a `_wall` time) does not start, nor one longer than
+    ``left(best time)``, where given: the seconds the search has left given
+    its best tree so far (the planning bound's).
     Each tree is costed by einslice's model and sliced further where its
     peak is over the limit (`_reference_found`).
     """
@@ -1029,12 +1041,10 @@ def _annealed(
     wall = len(terms) * ANNEAL_WALL_PER_TENSOR
     best = None
     for k in range(ANNEAL_MAX):
-        end = deadline
-        if until is not None and best is not None:
-            end = min(end, until(best.time))
-        if _clock() + wall > end:
+        best_time = best_time if best is None else min(best_time, best.time)
+        if _wall() + wall > deadline or (left is not None and wall > left(best_time)):
             break
-        began = _clock()
+        began = _wall()
         tree = simulated_anneal_tree(
             start,
             tsteps=ANNEAL_TEMPERATURES,
@@ -1043,7 +1053,7 @@ def _annealed(
             target_size=target,
             seed=seed + k,
         )
-        wall = _clock() - began
+        wall = _wall() - began
         found = costed(tree, by="einslice")
         if best is None or better(found, best, memory_limit, profile):
             best = found
@@ -1387,15 +1397,17 @@ def _run_trials(
     seed,
     trials,
     patience,
-    until: Callable[[float], float],
+    left: Callable[[float, bool], float],
     anneal: Callable[[float], float] | None = None,
     budget: float | None = None,
 ) -> bool:
     """Search trial by trial until good enough or out of patience; False on timeout.
 
-    ``until``: when the search must end (``_clock``'s reading), given the
-    best estimate so far (the wall-time cap, or the planning bound:
-    `planning_bound`), checked after each trial. ``anneal``: called once,
+    ``left(best, bounded)``: the seconds the search has left, given the
+    best estimate so far (to the wall-time cap, and where ``bounded`` the
+    planning bound, `planning_bound`), checked after each trial: the bound
+    from the minimum trials on (they are the search's floor; on large
+    networks a single trial). ``anneal``: called once,
     with the best estimate so far, when the minimum trials and
     `ANNEAL_AFTER_TRIALS` (or all ``trials``) have run; it returns the
     estimate of the tree it found (inf: none), which the stopping rules then
@@ -1417,7 +1429,8 @@ def _run_trials(
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
             if cheap(allowance(best_time, budget), len(terms)):
                 return True
-            if done * len(terms) >= MIN_TENSOR_TRIALS or done == trials:
+            minimum = done * len(terms) >= MIN_TENSOR_TRIALS or done == trials
+            if minimum:
                 if anneal is not None and (
                     done >= ANNEAL_AFTER_TRIALS or done == trials
                 ):
@@ -1428,7 +1441,7 @@ def _run_trials(
                     optimizer.trials_since_best >= patience
                 ):
                     return True
-            if _clock() > until(best_time):
+            if left(best_time, minimum) < 0:
                 return False
     finally:
         random.setstate(state)
