@@ -103,6 +103,24 @@ def test_a_many_step_plan_runs_on_the_host_until_that_has_cost_a_compile(
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
 
 
+def test_a_small_chains_host_call_copies_its_result_and_compiles_nothing(
+    monkeypatch, caplog
+):
+    # Three matrices of a new shape (issue 36: a 12-matrix chain's first call
+    # compiled ~110 ms converting the walk's result with jnp.asarray).
+    args, ops = _cheap_chain(3)
+    ops = [x[:, :2] if k == 2 else x for k, x in enumerate(ops)]
+    args[4] = ops[2]
+    p = einslice.plan(*args)
+    assert len(p.steps) == 2 and _choose.host_first_seconds(p) > 0
+    _, used = _spy(monkeypatch, p)
+    with jax.log_compiles(True), caplog.at_level("WARNING"):
+        got = p(*ops)
+    assert used == ["host"] and isinstance(got, jax.Array)
+    assert not [r for r in caplog.records if "ompil" in r.getMessage()]
+    np.testing.assert_allclose(np.asarray(got), np.linalg.multi_dot(ops), rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -133,8 +151,8 @@ def test_an_integer_plan_is_compiled(monkeypatch):
     assert int(got[0, 0]) == np.int64(3 ** (len(ops) - 1)).astype(np.int32)
 
 
-def test_a_few_step_plan_is_compiled_at_once():
-    p = einslice.plan("ij,jk,kl->il", (2, 2), (2, 2), (2, 2))
+def test_a_single_contraction_is_compiled_at_once():
+    p = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
     assert _choose.host_first_seconds(p) == 0.0
     _run._top_level_run.cache_clear()
     assert _run._top_level_run(p).steady

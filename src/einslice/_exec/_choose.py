@@ -60,11 +60,14 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # -- the figures: what the rules below compare ------------------------------------
 
 # A plan of at least this many steps, called outside any trace, runs its first
-# calls in numpy (`host_first_seconds`). Its compile is then most of one call
+# calls in numpy (`host_first_seconds`) while that beats its compile
 # (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5 s, a
-# host walk 2-260 ms). Below it the compile is short and the compiled
-# program is jnp.einsum's kind of program, bit for bit the same on every call.
-HOST_FIRST_MIN_STEPS = 16
+# host walk 2-260 ms). Small chains too (issue 36: a held-out 12-matrix
+# chain, 11 steps, took 152 ms to a first result, ~140 ms of it compiling,
+# where its walk takes 3-4 ms and opt_einsum on numpy 13 ms in all; 16 steps
+# were the bound before). A single contraction compiles at once: the program
+# is jnp.einsum's, bit for bit the same on every call.
+HOST_FIRST_MIN_STEPS = 2
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
 # seconds per estimated second (``Cost.time``) of these "log" plans of small
 # tables (``_search.MEASURED_PER_ESTIMATED``, which the planning bound uses
@@ -226,9 +229,9 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     cost less than compiling is estimated to (``_executors.compile_seconds``,
     this device's figures), the next call runs on the host too; after that
     the plan is compiled. Zero (compile at once) for a plan of fewer than
-    `HOST_FIRST_MIN_STEPS` steps, or when one host run is not estimated to
-    beat the compile (`pays_on_host`; ``on_device``: the operands live on an
-    accelerator, and the walk copies them). The caller
+    `HOST_FIRST_MIN_STEPS` steps (one contraction), or when one host run is
+    not estimated to beat the compile (`pays_on_host`; ``on_device``: the
+    operands live on an accelerator, and the walk copies them). The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
