@@ -121,6 +121,20 @@ def test_a_small_chains_host_call_copies_its_result_and_compiles_nothing(
     np.testing.assert_allclose(np.asarray(got), np.linalg.multi_dot(ops), rtol=1e-12)
 
 
+def test_a_host_call_far_slower_than_estimated_ends_the_host_walk(monkeypatch):
+    # (numpy's BLAS threads oversubscribed by other processes: a 12-matrix
+    # chain's walk took ~90 ms a call where XLA's took 1-4 ms)
+    args, ops = _cheap_chain()
+    p = einslice.plan(*args)
+    runner, used = _spy(monkeypatch, p)
+    assert 0 < runner.host_slow == pytest.approx(_choose.host_slow_seconds(p))
+    runner.host_slow = 0.0  # as if the call took longer
+    expected = np.linalg.multi_dot(ops)
+    for _ in range(2):
+        np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
+    assert used == ["host", "first"]
+
+
 @pytest.mark.parametrize(
     "call",
     [

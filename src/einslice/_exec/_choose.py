@@ -68,6 +68,14 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # were the bound before). A single contraction compiles at once: the program
 # is jnp.einsum's, bit for bit the same on every call.
 HOST_FIRST_MIN_STEPS = 2
+# A host call that takes this many times its estimate, plus HOST_SLOW_SECONDS
+# (a first call's one-off costs), ends the host walk at once: the next call
+# compiles (`host_slow_seconds`). Other processes can oversubscribe numpy's
+# BLAS threads: at load 8-11 on 2 cores a 12-matrix chain's walk (estimated
+# 6.3 ms; 3-8 ms with one BLAS thread) took ~90 ms a call, and opt_einsum on
+# numpy 520 ms, while XLA's calls took 1-4 ms.
+HOST_SLOW_FACTOR = 8.0
+HOST_SLOW_SECONDS = 0.01
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
 # seconds per estimated second (``Cost.time``) of these "log" plans of small
 # tables (``_search.MEASURED_PER_ESTIMATED``, which the planning bound uses
@@ -243,6 +251,22 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan, on_device):
         return 0.0
     return compile_seconds(plan)
+
+
+def host_slow_seconds(plan: Plan) -> float:
+    """Seconds a host run of ``plan`` may take before its host walk ends.
+
+    `HOST_SLOW_FACTOR` times the walk's estimate (``_host.host_seconds``)
+    plus `HOST_SLOW_SECONDS`: a run slower than that is not the run the
+    ski rental (`host_first_seconds`) weighed against the compile.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk,kl->il", (2, 2), (2, 2), (2, 2))
+        >>> 0.01 < host_slow_seconds(p) < 0.02
+        True
+    """
+    return HOST_SLOW_FACTOR * host_seconds(plan) + HOST_SLOW_SECONDS
 
 
 def host_grad_pays(

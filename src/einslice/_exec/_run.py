@@ -22,7 +22,7 @@ from .._errors import EinsliceError
 from .._plan._planner import grown_request
 from .._plan._types import Plan, register_runner
 from . import _background, _grow
-from ._choose import Later, host_first_seconds
+from ._choose import Later, host_first_seconds, host_slow_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, executor_of
 from ._grow import Growth, Trial
@@ -200,8 +200,9 @@ class _TopLevelRun:
     A many-step plan first runs in numpy (the "host" executor) while those
     runs have cost less than its compile is estimated to
     (`_choose.host_first_seconds`: a one-shot call pays no compile; on an
-    accelerator, its operands' copies to the host count); then the
-    compile-time program, and the optimized one from its
+    accelerator, its operands' copies to the host count; a host run far
+    slower than estimated, `_choose.host_slow_seconds`, ends the walk at
+    once); then the compile-time program, and the optimized one from its
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).
 
@@ -250,6 +251,7 @@ class _TopLevelRun:
         )
         # (calls check the rest: `_host_call`)
         host = self.host_budget > 0 and EXECUTORS["host"].runs(p)
+        self.host_slow = host_slow_seconds(p) if host else 0.0
         self.stage = _Stage(p, first, host, optimized)
         self.calls = 0  # compiled calls
         self.top_calls = 0  # every call, host or compiled (growth counts them)
@@ -303,13 +305,19 @@ class _TopLevelRun:
         if stage.host and _host_call(stage.plan, config, args):
             start = time.perf_counter()
             out = EXECUTORS["host"].run(stage.plan, config, args)
-            self.host_spent += time.perf_counter() - start
-            if (
-                self.host_spent >= self.host_budget
-                and trial is None
-                and self.busy.acquire(blocking=False)
-            ):
-                self._submit(self._compile, config, args)
+            seconds = time.perf_counter() - start
+            self.host_spent += seconds
+            if trial is None and self.busy.acquire(blocking=False):
+                if seconds > self.host_slow and stage.plan is self.plan:
+                    # far slower than estimated (numpy's BLAS threads
+                    # oversubscribed): the next call compiles, as one of a
+                    # plan without a host walk does
+                    self.stage = dataclasses.replace(self.stage, host=False)
+                    self.busy.release()
+                elif self.host_spent >= self.host_budget:
+                    self._submit(self._compile, config, args)
+                else:
+                    self.busy.release()
             return _on_device(out)
         self.calls += 1
         if (
