@@ -29,7 +29,6 @@ from ._plan._search import (
     cheap,
     clock,
     greedy_path,
-    planning_bound,
     search_tree,
 )
 from ._plan._types import Equation, HostWalk
@@ -58,7 +57,6 @@ __all__ = [
     "limit_too_small",
     "memory_limit_bytes",
     "plan_with_tree",
-    "planning_bound",
     "prepare_terms",
     "run_on_host",
     "search_tree",

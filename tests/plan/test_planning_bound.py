@@ -165,10 +165,10 @@ def _grid(side: int = 5) -> FactorGraph:
 
 
 @pytest.mark.parametrize("optimize", ["auto", "explicit"])
-def test_pgm_searches_no_more_merged_variants_past_the_bound(optimize, monkeypatch):
-    # Each of pgm's variant searches takes 100 s on the fake clock and finds
-    # a tree of a millisecond: under "auto" the first one is past the bound
-    # and no other variant is searched; an explicit TreeSearch searches each.
+def test_pgm_bounds_each_variants_search_under_auto_only(optimize, monkeypatch):
+    # Each merged variant's search is bounded from its own start (the
+    # variants weigh compile time too; Grids_15 MAR's best plan came from the
+    # last, cheapest search); an explicit TreeSearch is not bounded.
     fake = FakeClock(per_trial=100.0)
     monkeypatch.setattr(_search, "_clock", fake)
     searched = []
@@ -184,7 +184,9 @@ def test_pgm_searches_no_more_merged_variants_past_the_bound(optimize, monkeypat
     chosen = "auto" if optimize == "auto" else einslice.TreeSearch()
     profile = _infer.host_profile()
     _infer._resolve(network, chosen, "log", 2**30, np.dtype("float64"), False, profile)
+    assert len(searched) > 1
     if optimize == "auto":
-        assert len(searched) == 1 and searched[0] is not None
+        assert searched == sorted(searched) and None not in searched
+        assert len(set(searched)) == len(searched)  # each from its own start
     else:
-        assert len(searched) > 1 and set(searched) == {None}
+        assert set(searched) == {None}
