@@ -42,13 +42,8 @@ def _reference(ops) -> float:
 
 @pytest.fixture
 def early(monkeypatch):
-    """Growth from the PLAN_RUNS-th call on, for any plan: fresh runners.
-
-    They compile at once: the ring's 15 tiny steps would run their first
-    ~thousands of calls on the host (``host_first_seconds``, test_run.py).
-    """
+    """Growth from the PLAN_RUNS-th call on, for any plan: fresh runners."""
     monkeypatch.setattr(_grow, "least_search_cost", lambda n_terms: 0.0)
-    monkeypatch.setattr(_run, "host_first_seconds", lambda *a, **k: 0.0)
     monkeypatch.delenv("EINSLICE_GROW", raising=False)
     _run._top_level_run.cache_clear()
     yield

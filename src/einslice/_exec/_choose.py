@@ -60,20 +60,22 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # -- the figures: what the rules below compare ------------------------------------
 
 # A plan of at least this many steps, called outside any trace, runs its first
-# calls in numpy (`host_first_seconds`) while that beats its compile
+# calls in numpy (`host_first_seconds`). Its compile is then most of one call
 # (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5 s, a
-# host walk 2-260 ms). Small chains too (issue 36: a held-out 12-matrix
-# chain, 11 steps, took 152 ms to a first result, ~140 ms of it compiling,
-# where its walk takes 3-4 ms and opt_einsum on numpy 13 ms in all; 16 steps
-# were the bound before). A single contraction compiles at once: the program
-# is jnp.einsum's, bit for bit the same on every call.
-HOST_FIRST_MIN_STEPS = 2
+# host walk 2-260 ms). Below it the compile is short and the compiled
+# program is jnp.einsum's kind of program, bit for bit the same on every call.
+# Small chains stay below it: a fresh 12-matrix chain (11 steps, compile
+# ~120-240 ms, walk estimated 6.3 ms) walked from 2 steps on lost at 10 and
+# 100 calls in 5 of 5 process pairs at load 9-10 (N=10: 0.42-0.65 s against
+# 0.14-0.39 s compiled at once; numpy's BLAS threads oversubscribed: ~40-60
+# ms a walk) and won the first call in 3 (0.09-0.11 s against 0.13-0.26 s).
+HOST_FIRST_MIN_STEPS = 16
 # A host call that takes this many times its estimate, plus HOST_SLOW_SECONDS
-# (a first call's one-off costs), ends the host walk at once: the next call
-# compiles (`host_slow_seconds`). Other processes can oversubscribe numpy's
-# BLAS threads: at load 8-11 on 2 cores a 12-matrix chain's walk (estimated
-# 6.3 ms; 3-8 ms with one BLAS thread) took ~90 ms a call, and opt_einsum on
-# numpy 520 ms, while XLA's calls took 1-4 ms.
+# (a first call's one-off costs), ends the ski rental at once: the compile
+# starts in the background (`host_slow_seconds`). Other processes can
+# oversubscribe numpy's BLAS threads: at load 8-11 on 2 cores a 12-matrix
+# chain's walk (estimated 6.3 ms; 3-8 ms with one BLAS thread) took ~90 ms a
+# call, and opt_einsum on numpy 520 ms, while XLA's calls took 1-4 ms.
 HOST_SLOW_FACTOR = 8.0
 HOST_SLOW_SECONDS = 0.01
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
@@ -237,8 +239,8 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     cost less than compiling is estimated to (``_executors.compile_seconds``,
     this device's figures), the next call runs on the host too; after that
     the plan is compiled. Zero (compile at once) for a plan of fewer than
-    `HOST_FIRST_MIN_STEPS` steps (one contraction), or when one host run is
-    not estimated to beat the compile (`pays_on_host`; ``on_device``: the
+    `HOST_FIRST_MIN_STEPS` steps, or when one host run is not estimated to
+    beat the compile (`pays_on_host`; ``on_device``: the
     operands live on an accelerator, and the walk copies them). The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
@@ -254,7 +256,7 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
 
 
 def host_slow_seconds(plan: Plan) -> float:
-    """Seconds a host run of ``plan`` may take before its host walk ends.
+    """Seconds a host run of ``plan`` may take before the compile starts.
 
     `HOST_SLOW_FACTOR` times the walk's estimate (``_host.host_seconds``)
     plus `HOST_SLOW_SECONDS`: a run slower than that is not the run the

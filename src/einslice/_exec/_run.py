@@ -201,8 +201,8 @@ class _TopLevelRun:
     runs have cost less than its compile is estimated to
     (`_choose.host_first_seconds`: a one-shot call pays no compile; on an
     accelerator, its operands' copies to the host count; a host run far
-    slower than estimated, `_choose.host_slow_seconds`, ends the walk at
-    once); then the compile-time program, and the optimized one from its
+    slower than estimated, `_choose.host_slow_seconds`, starts the compile
+    at once); then the compile-time program, and the optimized one from its
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).
 
@@ -307,17 +307,14 @@ class _TopLevelRun:
             out = EXECUTORS["host"].run(stage.plan, config, args)
             seconds = time.perf_counter() - start
             self.host_spent += seconds
-            if trial is None and self.busy.acquire(blocking=False):
-                if seconds > self.host_slow and stage.plan is self.plan:
-                    # far slower than estimated (numpy's BLAS threads
-                    # oversubscribed): the next call compiles, as one of a
-                    # plan without a host walk does
-                    self.stage = dataclasses.replace(self.stage, host=False)
-                    self.busy.release()
-                elif self.host_spent >= self.host_budget:
-                    self._submit(self._compile, config, args)
-                else:
-                    self.busy.release()
+            if (
+                # (a run far slower than estimated, numpy's BLAS threads
+                # oversubscribed, is not what the rental weighed: compile)
+                (self.host_spent >= self.host_budget or seconds > self.host_slow)
+                and trial is None
+                and self.busy.acquire(blocking=False)
+            ):
+                self._submit(self._compile, config, args)
             return _on_device(out)
         self.calls += 1
         if (
