@@ -295,11 +295,13 @@ def fresh_networks(seed: int) -> list[Network]:
 
     A win counts only where it was not tuned for: ``--fresh SEED`` runs these
     instead of `networks` (random regular graphs, 2D, 3D and periodic
-    lattices, random networks and hypernetworks, at sizes like the suite's).
+    lattices, random networks and hypernetworks, at sizes like the suite's,
+    and einsum-benchmark's 12-matrix chain).
     """
     import importlib
 
     utils: Any = importlib.import_module("cotengra.utils")
+    gen: Any = importlib.import_module("einsum_benchmark.generators")
     s = 1000 + 100 * seed
     specs = [
         ("randreg-50-d3-5", utils.randreg_equation(50, 3, d_min=3, d_max=5, seed=s)),
@@ -329,9 +331,14 @@ def fresh_networks(seed: int) -> list[Network]:
             ),
         ),
     ]
+    chain = gen.structured.matrix_chain(12, 10, 600, is_shuffle=True, seed=s + 8)
     return [
-        _from_cotengra(f"fresh{seed}-{name}", "fresh", equation)
-        for name, equation in specs
+        *(
+            _from_cotengra(f"fresh{seed}-{name}", "fresh", equation)
+            for name, equation in specs
+        ),
+        # issue 36's held-out 12-matrix chain: few steps, compile-bound
+        _from_format(f"fresh{seed}-matrix-chain-12", "fresh", *chain),
     ]
 
 

@@ -24,7 +24,13 @@ from ._exec._run import compile_options
 from ._plan._equation import build_equation
 from ._plan._memory import CLI_NAMING, format_bytes, memory_limit_bytes
 from ._plan._planner import prepare_terms
-from ._plan._search import Found, cheap, greedy_path, search_tree
+from ._plan._search import (
+    Found,
+    cheap,
+    clock,
+    greedy_path,
+    search_tree,
+)
 from ._plan._types import Equation, HostWalk
 from ._plan._walk import host_walk
 
@@ -38,6 +44,7 @@ __all__ = [
     "build_equation",
     "cheap",
     "choose",
+    "clock",
     "compile_options",
     "current_profile",
     "default_memory_limit",

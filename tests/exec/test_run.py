@@ -103,6 +103,39 @@ def test_a_many_step_plan_runs_on_the_host_until_that_has_cost_a_compile(
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-10)
 
 
+def test_a_host_call_copies_its_result_and_compiles_nothing(monkeypatch, caplog):
+    # A result of a new shape (issue 36: a 12-matrix chain's first host call
+    # compiled ~110 ms converting the walk's result with jnp.asarray).
+    args, ops = _cheap_chain()
+    ops[-1] = ops[-1][:, :2]
+    args[2 * (len(ops) - 1)] = ops[-1]
+    p = einslice.plan(*args)
+    assert _choose.host_first_seconds(p) > 0
+    _, used = _spy(monkeypatch, p)
+    with jax.log_compiles(True), caplog.at_level("WARNING"):
+        got = p(*ops)
+    assert used == ["host"] and isinstance(got, jax.Array)
+    assert not [r for r in caplog.records if "ompil" in r.getMessage()]
+    np.testing.assert_allclose(np.asarray(got), np.linalg.multi_dot(ops), rtol=1e-12)
+
+
+def test_a_host_call_far_slower_than_estimated_starts_the_compile(monkeypatch):
+    # (numpy's BLAS threads oversubscribed by other processes: a 12-matrix
+    # chain's walk took ~90 ms a call where XLA's took 1-4 ms)
+    args, ops = _cheap_chain()
+    p = einslice.plan(*args)
+    runner, used = _spy(monkeypatch, p)
+    assert 0 < runner.host_slow == pytest.approx(_choose.host_slow_seconds(p))
+    assert runner.host_spent == 0 < runner.host_budget
+    runner.host_slow = 0.0  # as if the call took longer
+    expected = np.linalg.multi_dot(ops)
+    np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
+    assert runner.host_spent < runner.host_budget  # (not the rental's end)
+    assert _run.settle(p, 60)  # compiled in the background
+    np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
+    assert used == ["host", "first"]
+
+
 @pytest.mark.parametrize(
     "call",
     [

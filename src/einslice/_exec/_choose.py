@@ -45,7 +45,7 @@ from .._errors import EinsliceError
 from .._plan import _wisdom
 from .._plan._planner import tuning_candidates
 from .._plan._request import PlanRequest
-from .._plan._search import cheap
+from .._plan._search import MEASURED_PER_ESTIMATED, cheap
 from .._plan._types import HostWalk, Plan
 from .._plan._walk import walk_peak_bytes
 from . import _background, _tune
@@ -64,13 +64,26 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5 s, a
 # host walk 2-260 ms). Below it the compile is short and the compiled
 # program is jnp.einsum's kind of program, bit for bit the same on every call.
+# Small chains stay below it: a fresh 12-matrix chain (11 steps, compile
+# ~120-240 ms, walk estimated 6.3 ms) walked from 2 steps on lost at 10 and
+# 100 calls in 5 of 5 process pairs at load 9-10 (N=10: 0.42-0.65 s against
+# 0.14-0.39 s compiled at once; numpy's BLAS threads oversubscribed: ~40-60
+# ms a walk) and won the first call in 3 (0.09-0.11 s against 0.13-0.26 s).
 HOST_FIRST_MIN_STEPS = 16
+# A host call that takes this many times its estimate, plus HOST_SLOW_SECONDS
+# (a first call's one-off costs), ends the ski rental at once: the compile
+# starts in the background (`host_slow_seconds`). Other processes can
+# oversubscribe numpy's BLAS threads: at load 8-11 on 2 cores a 12-matrix
+# chain's walk (estimated 6.3 ms; 3-8 ms with one BLAS thread) took ~90 ms a
+# call, and opt_einsum on numpy 520 ms, while XLA's calls took 1-4 ms.
+HOST_SLOW_FACTOR = 8.0
+HOST_SLOW_SECONDS = 0.01
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
 # seconds per estimated second (``Cost.time``) of these "log" plans of small
-# tables: the model's CPU profile counts 3e11 FLOP/s, they ran at ~1e10. And
+# tables (``_search.MEASURED_PER_ESTIMATED``, which the planning bound uses
+# too: the model's CPU profile counts 3e11 FLOP/s, they ran at ~1e10). And
 # what one table adds to the compile time of a "log" plan (Segmentation_11:
 # 510 tables, ~19 s).
-MEASURED_PER_ESTIMATED = 30.0
 COMPILE_SECONDS_PER_TABLE = 0.04
 
 # Tuning ("auto"): the best TOP_K candidates are measured, only when tuning is
@@ -227,8 +240,8 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     this device's figures), the next call runs on the host too; after that
     the plan is compiled. Zero (compile at once) for a plan of fewer than
     `HOST_FIRST_MIN_STEPS` steps, or when one host run is not estimated to
-    beat the compile (`pays_on_host`; ``on_device``: the operands live on an
-    accelerator, and the walk copies them). The caller
+    beat the compile (`pays_on_host`; ``on_device``: the
+    operands live on an accelerator, and the walk copies them). The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
@@ -240,6 +253,22 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan, on_device):
         return 0.0
     return compile_seconds(plan)
+
+
+def host_slow_seconds(plan: Plan) -> float:
+    """Seconds a host run of ``plan`` may take before the compile starts.
+
+    `HOST_SLOW_FACTOR` times the walk's estimate (``_host.host_seconds``)
+    plus `HOST_SLOW_SECONDS`: a run slower than that is not the run the
+    ski rental (`host_first_seconds`) weighed against the compile.
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk,kl->il", (2, 2), (2, 2), (2, 2))
+        >>> 0.01 < host_slow_seconds(p) < 0.02
+        True
+    """
+    return HOST_SLOW_FACTOR * host_seconds(plan) + HOST_SLOW_SECONDS
 
 
 def host_grad_pays(

@@ -22,7 +22,7 @@ from .._errors import EinsliceError
 from .._plan._planner import grown_request
 from .._plan._types import Plan, register_runner
 from . import _background, _grow
-from ._choose import Later, host_first_seconds
+from ._choose import Later, host_first_seconds, host_slow_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, executor_of
 from ._grow import Growth, Trial
@@ -51,9 +51,20 @@ def execute_plan(
                 "(jit, vmap, grad) only; plan with the default executor "
                 "'einslice' to run under one."
             )
-        return jnp.asarray(executor.run(p, config, operands))
+        return _on_device(executor.run(p, config, operands))
     run = _run if traced else _top_level_run(p)
     return run(p, config, *operands)
+
+
+def _on_device(out) -> jax.Array:
+    """A host run's numpy result as a JAX array (dtypes as ``jnp.asarray``'s).
+
+    ``jax.device_put``, not ``jnp.asarray``: that compiles a conversion
+    program for each new shape (~50 ms on a CPU, JAX 0.10); the first host
+    call of a 12-matrix chain (issue 36) took 150 ms, 110 of them there,
+    against ~0.4 ms to copy.
+    """
+    return jax.device_put(out)
 
 
 def _check_shapes(p: Plan, operands: Sequence) -> None:
@@ -189,8 +200,9 @@ class _TopLevelRun:
     A many-step plan first runs in numpy (the "host" executor) while those
     runs have cost less than its compile is estimated to
     (`_choose.host_first_seconds`: a one-shot call pays no compile; on an
-    accelerator, its operands' copies to the host count); then the
-    compile-time program, and the optimized one from its
+    accelerator, its operands' copies to the host count; a host run far
+    slower than estimated, `_choose.host_slow_seconds`, starts the compile
+    at once); then the compile-time program, and the optimized one from its
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).
 
@@ -239,6 +251,7 @@ class _TopLevelRun:
         )
         # (calls check the rest: `_host_call`)
         host = self.host_budget > 0 and EXECUTORS["host"].runs(p)
+        self.host_slow = host_slow_seconds(p) if host else 0.0
         self.stage = _Stage(p, first, host, optimized)
         self.calls = 0  # compiled calls
         self.top_calls = 0  # every call, host or compiled (growth counts them)
@@ -292,14 +305,17 @@ class _TopLevelRun:
         if stage.host and _host_call(stage.plan, config, args):
             start = time.perf_counter()
             out = EXECUTORS["host"].run(stage.plan, config, args)
-            self.host_spent += time.perf_counter() - start
+            seconds = time.perf_counter() - start
+            self.host_spent += seconds
             if (
-                self.host_spent >= self.host_budget
+                # (a run far slower than estimated, numpy's BLAS threads
+                # oversubscribed, is not what the rental weighed: compile)
+                (self.host_spent >= self.host_budget or seconds > self.host_slow)
                 and trial is None
                 and self.busy.acquire(blocking=False)
             ):
                 self._submit(self._compile, config, args)
-            return jnp.asarray(out)
+            return _on_device(out)
         self.calls += 1
         if (
             not stage.optimized

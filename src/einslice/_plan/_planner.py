@@ -29,7 +29,7 @@ from ._memory import format_bytes
 from ._order import Path, cached_steps, find_path, jnp_greedy_path, two_group_paths
 from ._profile import Profile
 from ._request import PlanRequest
-from ._search import PLAN_RUNS, TreeSearch, search_tree
+from ._search import PLAN_RUNS, TreeSearch, clock, search_tree
 from ._search import Found as SearchFound
 from ._semiring import semiring_named
 from ._slice import (
@@ -550,8 +550,9 @@ class _ForwardSearch:
         self.searched: tuple[int, ...] = ()
         self.other_tree: SearchFound | None = None  # the tree search's runner-up
         search = optimize if isinstance(optimize, TreeSearch) else None
+        since = None  # (a search the caller asked for keeps its own settings)
         if optimize in ("auto", True) and n_operands > _REPLAN_MAX_OPERANDS:
-            search = TreeSearch()
+            search, since = TreeSearch(), clock()  # bounded: `planning_bound`
         if tree is not None:  # a tree searched already (pgm's)
             self.tree_path, self.searched = tree.path, tree.sliced
         elif search is not None:
@@ -570,6 +571,7 @@ class _ForwardSearch:
                 given=equation.terms,
                 runs=PLAN_RUNS if search.runs is None else search.runs,
                 budget=search.budget,
+                since=since,
             )
             self.tree_path, self.searched = found.path, found.sliced
             self.other_tree = found.runner_up

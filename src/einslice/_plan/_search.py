@@ -26,7 +26,10 @@ no further trial can save more than that); otherwise, after
 far cost more than the best tree's estimated run time, counting each trial as
 ``TRIAL_COST_PER_TENSOR`` per tensor, or after ``patience`` trials in a row
 that did not improve it; stop after ``trials`` trials in any case, and never
-later than ``search_seconds`` of wall time*.
+later than ``search_seconds`` of wall time*. A default search (``optimize=
+"auto"``, ``einslice.pgm``) is also bounded: *planning stops once it has
+taken its best tree's estimated run time, as measured here, plus a few
+seconds* (`planning_bound`).
 Then cotengra's own ``HyperOptimizer``, configured as its users run it at this
 limit (`reference_search`), gets the same seed and as many trials, fewer when
 they would cost more than the best tree's estimated run time
@@ -78,7 +81,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 7
+_VERSION = 8
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -167,6 +170,34 @@ ANNEAL_TEMPERATURES = 50
 ANNEAL_SWEEPS = 50
 # A tree over the limit scores its time times this per doubling of excess.
 _OVER_LIMIT_PENALTY = 16.0
+# An anneal runs only after the trials have cost as much as one (ski rental
+# between the two: the cheaper step first). UAI 2014's DBN_16 (484 tables, a
+# 22x22 RBM) annealed after its one minimum trial, from a quick tree
+# estimated at 677 s: four anneals, 40 s (141 s under load) for a 1460 s
+# tree, where its second trial, 1.3 s, found a 0.05 s one.
+ANNEAL_AFTER_TRIALS = round(ANNEAL_COST_PER_TENSOR / TRIAL_COST_PER_TENSOR)
+# Measured seconds per estimated second (``Cost.time``) on the CPU: "sum"
+# plans ~3x (the trees of TRIAL_COST_PER_TENSOR's comment); graphical models'
+# "log" and "max" plans of small tables ~30x (the CPU profile counts 3e11
+# FLOP/s, they ran at ~1e10; DBN_16's log Z tree: 0.049 s estimated, 1.4 s).
+SUM_MEASURED_PER_ESTIMATED = 3.0
+MEASURED_PER_ESTIMATED = 30.0
+# Planning's bound (`planning_bound`): a default search stops once planning
+# has taken its best tree's run time, as measured here, plus this. DBN_16
+# searched 42 s (265 s under load 12+) for a 1.4 s contraction.
+PLAN_ALLOWANCE_SECONDS = 3.0
+# The planning bound's clock: this thread's CPU seconds, which other
+# processes' load does not inflate, as it does not the estimates (a wall
+# clock at load 10-12 cut ObjectDetection_11's search after 1 of its 2
+# minimum trials: its 0.036 s tree lost to a 0.128 s one, run 10x slower).
+# Tests replace it with a fake one. The wall-time cap keeps ``_wall``.
+_clock = time.thread_time
+_wall = time.perf_counter
+
+
+def clock() -> float:
+    """The planning bound's clock's reading (``_clock``), in seconds."""
+    return _clock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,6 +340,7 @@ def search_tree(
     given: Sequence[tuple[int, ...]] | None = None,
     runs: int = 1,
     budget: float | None = None,
+    since: float | None = None,
 ) -> Found:
     """Search a contraction tree (and sliced indices) for a large network.
 
@@ -335,6 +367,13 @@ def search_tree(
         budget: the estimated seconds the search may cost where more than
             its best tree's run time (`TreeSearch.budget`, `allowance`); part
             of the cache key.
+        since: when planning began (a reading of `clock`): the search is
+            bounded, it stops once planning has taken `planning_bound` of
+            its best tree so far, from its minimum trials on (what
+            ``optimize="auto"`` and ``einslice.pgm`` run; a search it cuts
+            short is not stored on disk). None: not bounded (a `TreeSearch`
+            the caller gave, a growth search: their own settings and
+            budgets).
 
     Returns:
         The best tree found, as a `Found`.
@@ -363,11 +402,24 @@ def search_tree(
         profile,
         None if given_terms == terms else given_terms,
     )
-    return _cached(key, search_seconds, runs)
+    return _cached(key, search_seconds, runs, None if since is None else _Since(since))
+
+
+@dataclass(frozen=True, slots=True)
+class _Since:
+    """When a bounded search's planning began; equal to any other `_Since`.
+
+    `_cached` memoizes on its arguments: a bounded search is one memo entry,
+    whenever its planning began (a memoized tree is returned at once).
+    """
+
+    at: float = dataclasses.field(compare=False)
 
 
 @lru_cache(maxsize=256)
-def _cached(key: tuple, search_seconds: float, runs: int = 1) -> Found:
+def _cached(
+    key: tuple, search_seconds: float, runs: int = 1, since: _Since | None = None
+) -> Found:
     """A cheap greedy tree, else the disk's tree, else a search (then stored).
 
     The quick tree takes milliseconds (its reconfiguration a tenth of a
@@ -386,7 +438,7 @@ def _cached(key: tuple, search_seconds: float, runs: int = 1) -> Found:
     ):
         found = quick
     else:
-        found = _searched(key, search_seconds, quick)
+        found = _searched(key, search_seconds, quick, since)
     if (
         runs > 1
         and found.trials == 0
@@ -401,8 +453,13 @@ def _cached(key: tuple, search_seconds: float, runs: int = 1) -> Found:
     return found
 
 
-def _searched(key: tuple, search_seconds: float, quick: Found | None) -> Found:
-    """The disk's tree, else a search's (then stored), else ``quick`` if better."""
+def _searched(
+    key: tuple, search_seconds: float, quick: Found | None, since: _Since | None
+) -> Found:
+    """The disk's tree, else a search's (then stored), else ``quick`` if better.
+
+    ``since``: a bounded search's start (`search_tree`).
+    """
     terms, _, sizes, _, limit, *_, profile, _ = key
     disk = cache_dir() / "trees" / f"{_digest(key)}.json"
     found = _load(disk, len(terms), len(sizes))
@@ -410,7 +467,10 @@ def _searched(key: tuple, search_seconds: float, quick: Found | None) -> Found:
         return found
     quick_time = math.inf if quick is None else quick.time
     found, complete = _search(
-        *key, search_seconds=search_seconds, quick_time=quick_time
+        *key,
+        search_seconds=search_seconds,
+        quick_time=quick_time,
+        since=None if since is None else since.at,
     )
     if quick is not None and better(quick, found, limit, profile):
         found = dataclasses.replace(
@@ -613,18 +673,36 @@ def _search(
     *,
     search_seconds,
     quick_time: float = math.inf,
+    since: float | None = None,
 ) -> tuple[Found, bool]:
     """Anneal, run the hyper-optimizer; also say whether it finished in time.
 
     The arguments are `search_tree`'s cache key; ``given`` serves only the
     quick tree tried before (`_cached`), the trials score prepared terms.
     ``quick_time``: the best quick tree's estimate (inf: none fits), which
-    decides whether annealing can pay (`_annealed`).
+    decides whether annealing can pay (`_annealed`) and counts as the best
+    so far for the planning bound. ``since``: a bounded search's start
+    (`search_tree`); the search then ends by `planning_bound` of its best
+    tree after it, and a search it cuts short is not complete.
     """
     del given
     elimination.register()
     kahypar.register()
-    deadline = time.perf_counter() + search_seconds
+    started = _wall()
+    deadline = started + search_seconds
+
+    def left(best_time: float, bounded: bool = True) -> float:
+        """Seconds left to the cap and (``bounded``) to the planning bound.
+
+        The bound's are `clock`'s seconds, given the best tree's estimate so
+        far (and the quick tree's).
+        """
+        seconds = deadline - _wall()
+        if since is not None and bounded:
+            bound = planning_bound(min(best_time, quick_time), semiring)
+            seconds = min(seconds, since + bound - _clock())
+        return seconds
+
     objective = _objective(
         terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
@@ -643,34 +721,26 @@ def _search(
             seed,
             min(best_time, quick_time),
             deadline,
+            left,
         )
         annealed.extend([] if found is None else [found])
         return math.inf if found is None else found.time
 
-    started = time.perf_counter()
     complete = _run_trials(
-        optimizer,
-        terms,
-        output,
-        sizes,
-        seed,
-        trials,
-        patience,
-        deadline - started,
-        anneal,
-        budget,
+        optimizer, terms, output, sizes, seed, trials, patience, left, anneal, budget
     )
     own = _found(optimizer, len(sizes))
     if annealed and better(annealed[0], own, memory_limit, profile):
         own = dataclasses.replace(annealed[0], trials=own.trials)
     if not complete or not needs_reference(own, sizes, len(terms), budget):
         return own, complete  # (cut short by the wall-time cap: no time left)
-    seconds_left = deadline - time.perf_counter()
-    own_trial_seconds = (time.perf_counter() - started) / max(own.trials, 1)
+    seconds_left = left(own.time)
+    own_trial_seconds = (_wall() - started) / max(own.trials, 1)
     if reference_trial_wall(own_trial_seconds, own, sizes) > seconds_left:
         # cotengra checks its time cap only between trials: one trial that
         # cannot end before the deadline would overrun it, so the wall-time
-        # cap ends the search here (not reproducible: not stored on disk).
+        # cap (or the planning bound) ends the search here (not
+        # reproducible: not stored on disk).
         return own, False
     trials_ = reference_budget(own, len(terms), budget)
     tree, reference_complete = reference_search(
@@ -924,6 +994,7 @@ def _annealed(
     seed,
     best_time: float,
     deadline: float,
+    left: Callable[[float], float] | None = None,
 ) -> Found | None:
     """The best of a few simulated annealings of the greedy tree, if they can pay.
 
@@ -935,7 +1006,9 @@ def _annealed(
     while the best annealed tree is estimated dearer than the anneals so far,
     up to `ANNEAL_MAX`. None when none ran: an anneal whose estimated wall time
     (`ANNEAL_WALL_PER_TENSOR`, then the first one's measured) would end past
-    ``deadline`` does not start.
+    ``deadline`` (a `_wall` time) does not start, nor one longer than
+    ``left(best time)``, where given: the seconds the search has left given
+    its best tree so far (the planning bound's).
     Each tree is costed by einslice's model and sliced further where its
     peak is over the limit (`_reference_found`).
     """
@@ -968,9 +1041,10 @@ def _annealed(
     wall = len(terms) * ANNEAL_WALL_PER_TENSOR
     best = None
     for k in range(ANNEAL_MAX):
-        if time.perf_counter() + wall > deadline:
+        best_time = best_time if best is None else min(best_time, best.time)
+        if _wall() + wall > deadline or (left is not None and wall > left(best_time)):
             break
-        began = time.perf_counter()
+        began = _wall()
         tree = simulated_anneal_tree(
             start,
             tsteps=ANNEAL_TEMPERATURES,
@@ -979,7 +1053,7 @@ def _annealed(
             target_size=target,
             seed=seed + k,
         )
-        wall = time.perf_counter() - began
+        wall = _wall() - began
         found = costed(tree, by="einslice")
         if best is None or better(found, best, memory_limit, profile):
             best = found
@@ -1214,6 +1288,26 @@ def allowance(best_time: float, budget: float | None) -> float:
     return best_time if budget is None else max(best_time, budget)
 
 
+def planning_bound(best_time: float, semiring: str = "sum") -> float:
+    """The wall seconds a bounded search's planning may take, given its best tree.
+
+    The tree's estimated run time as measured here
+    (`SUM_MEASURED_PER_ESTIMATED`, or `MEASURED_PER_ESTIMATED` on graphical
+    models' "log" and "max" semirings, times ``best_time``) plus
+    `PLAN_ALLOWANCE_SECONDS`: planning spends no more than the contraction
+    it plans is estimated to take, plus a few seconds (issue 36), unless the
+    caller asked for a search (``optimize=TreeSearch(...)``).
+
+    Example:
+        >>> planning_bound(1.0), planning_bound(1.0, "log")
+        (6.0, 33.0)
+    """
+    measured = MEASURED_PER_ESTIMATED
+    if semiring == "sum":
+        measured = SUM_MEASURED_PER_ESTIMATED
+    return best_time * measured + PLAN_ALLOWANCE_SECONDS
+
+
 def least_search_cost(n_terms: int) -> float:
     """What a search that runs any trial costs at least: its minimum trials.
 
@@ -1303,20 +1397,25 @@ def _run_trials(
     seed,
     trials,
     patience,
-    search_seconds,
+    left: Callable[[float, bool], float],
     anneal: Callable[[float], float] | None = None,
     budget: float | None = None,
 ) -> bool:
     """Search trial by trial until good enough or out of patience; False on timeout.
 
-    ``anneal``: called once, with the best estimate so far, when the minimum
-    trials (or all ``trials``) have run; it returns the estimate of
-    the tree it found (inf: none), which the stopping rules then count as the
-    best so far. ``budget``: what the trials may cost where more than the
-    best tree's estimate (the cheap-tree share and rule 2, `allowance`).
+    ``left(best, bounded)``: the seconds the search has left, given the
+    best estimate so far (to the wall-time cap, and where ``bounded`` the
+    planning bound, `planning_bound`), checked after each trial: the bound
+    from the minimum trials on (they are the search's floor; on large
+    networks a single trial). ``anneal``: called once,
+    with the best estimate so far, when the minimum trials and
+    `ANNEAL_AFTER_TRIALS` (or all ``trials``) have run; it returns the
+    estimate of the tree it found (inf: none), which the stopping rules then
+    count as the best so far. ``budget``: what the trials may cost where
+    more than the best tree's estimate (the cheap-tree share and rule 2,
+    `allowance`).
     """
     inputs, labels, size_dict = labelled(terms, output, sizes)
-    deadline = time.perf_counter() + search_seconds
     bound = math.inf
     # cotengra draws every random choice (greedy jitter, kahypar's seed, random
     # subtrees) from Python's global ``random`` when given no seed: seed it for
@@ -1330,8 +1429,11 @@ def _run_trials(
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
             if cheap(allowance(best_time, budget), len(terms)):
                 return True
-            if done * len(terms) >= MIN_TENSOR_TRIALS or done == trials:
-                if anneal is not None:
+            minimum = done * len(terms) >= MIN_TENSOR_TRIALS or done == trials
+            if minimum:
+                if anneal is not None and (
+                    done >= ANNEAL_AFTER_TRIALS or done == trials
+                ):
                     bound = anneal(best_time)
                     best_time = min(bound, best_time)
                     anneal = None
@@ -1339,7 +1441,7 @@ def _run_trials(
                     optimizer.trials_since_best >= patience
                 ):
                     return True
-            if time.perf_counter() > deadline:
+            if left(best_time, minimum) < 0:
                 return False
     finally:
         random.setstate(state)
