@@ -12,7 +12,9 @@ branch logc2 ("before": its rules are copied below and swapped in for the
 measurement); rounds interleaved, medians printed. Then the
 warm run time of each compiled "log" program (medians of repeated calls),
 and the compile of the 24-step value and gradient, before and after.
-Finally the lowered StableHLO ops and optimized HLO instructions of each.
+Each line also gives the seconds a step (``Profile.compile_step_seconds``
+is the "log" plans' figure) and the lowered StableHLO ops and optimized
+HLO instructions.
 
     PYTHONPATH=src python benchmarks/log_compile.py [--rounds 3] [--sides 5,7]
 
@@ -163,12 +165,15 @@ def _run_seconds(compiled, xs, repeats: int) -> float:
 
 def _ops(lowered, compiled) -> tuple[int, int]:
     """StableHLO ops lowered and HLO instructions compiled (lines with ``=``)."""
-    count = lambda text: sum(" = " in line for line in text.splitlines())  # noqa: E731
-    return count(lowered.as_text()), count(compiled.as_text() or "")
+
+    def count(text: str | None) -> int:
+        return sum(" = " in line for line in (text or "").splitlines())
+
+    return count(lowered.as_text()), count(compiled.as_text())
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sides", default="5,7", help="lattice sides (5: 24 steps)")
     parser.add_argument("--no-grad", action="store_true")
@@ -188,6 +193,7 @@ def main() -> None:
         _compile(lattice, "sum", "after")  # warm: JAX's own first-use costs
         times: dict = {k: [] for k in kinds}
         last: dict = {}
+        steps = 0
         for _ in range(args.rounds):
             for kind in kinds:
                 lower, comp, compiled, xs, steps, lowered = _compile(lattice, *kind)
@@ -208,8 +214,9 @@ def main() -> None:
             label = f"{kind[0]} ({kind[1]})" if kind[0] == "log" else "sum"
             print(
                 f"  {label:14s} lower {lower:6.3f} s  compile {comp:6.3f} s  total "
-                f"{total[kind]:6.3f} s = {total[kind] / base:4.2f}x sum  "
-                f"run {run * 1e3:7.3f} ms  ops {ops:5d}  hlo {hlo:5d}",
+                f"{total[kind]:6.3f} s = {total[kind] / base:4.2f}x sum "
+                f"({total[kind] / steps:.4f} s a step)  run {run * 1e3:7.3f} ms  "
+                f"ops {ops:5d}  hlo {hlo:5d}",
                 flush=True,
             )
     if not args.no_grad:
