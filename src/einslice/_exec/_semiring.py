@@ -128,12 +128,15 @@ def log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
 
 # `log_sum` over at most this many entries runs as one reduction of pairs
 # (`_online_log_sum`): the "log" steps that reduce a union (at most
-# SMALL_CONTRACTION entries each). XLA:CPU, 2026-12-07, load ~8 on 2 cores,
+# SMALL_CONTRACTION entries each). XLA:CPU, 2026-12-07, load 5-9 on 2 cores,
 # benchmarks/log_compile.py: a 48-step lattice of binary variables compiled
-# (lowering included) in 1.67x its "sum" plan's time, against 2.0x with two
-# reductions and 2.7x before either change; it ran in 0.73 ms against 0.58
-# (the two-reduction form) and 0.61 (before). Standalone reductions over 2-16
-# entries of 2^18-2^20 rows ran 1.3-11x faster, over 1024 entries 6x slower.
+# (lowering included) in 1.7-1.8x its "sum" plan's time, against 2.0-2.4x
+# with two reductions and 2.7-3.3x before either change; Grids_12's 279-step
+# plan in 8.4 s against 11.6 and 13.6. The lattice then ran 12-16% slower
+# (0.74 ms against 0.67 with two reductions and 0.64 before, 300 calls
+# interleaved), Grids_12 no slower (2.5 ms against 2.6 and 3.1). Standalone
+# reductions over 2-16 entries of 2^18-2^20 rows ran 1.3-11x faster, over
+# 1024 entries 6x slower (two exponentials an entry).
 ONE_PASS_UP_TO = SMALL_CONTRACTION
 
 

@@ -399,8 +399,8 @@ CPU_DEFAULT = Profile(
     # end where the walk takes 5 s, MAR over 60 s); 0.03 is the low end of
     # those four. No fixed part: it is within those figures' spread. (The
     # lowering of union steps since (2026-12-07, benchmarks/log_compile.py,
-    # load ~9): Grids_12's "log" plan, 279 steps, 0.043 s a step against
-    # 0.062; Promedus_24's unchanged: still at or above 0.03.)
+    # load 5-9): Grids_12's "log" plan, 279 steps, 0.030-0.043 s a step
+    # against 0.049-0.062; Promedus_24's unchanged: still at or above 0.03.)
     compile_seconds=0.0,
     compile_step_seconds=0.03,
     # A value-and-gradient program: "log" plans of UAI networks, 42-49 steps,
