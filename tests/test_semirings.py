@@ -182,6 +182,51 @@ def test_log_keeps_terms_whose_shifted_product_underflows():
     assert abs(float(out[0, 0]) - ref) <= 1e-4, (float(out[0, 0]), ref)
 
 
+def test_the_matrix_unit_rule_repairs_underflow_itself():
+    # The case above, through the matrix-unit rule directly: plans send a
+    # step this small to its union, so only a large one would reach it.
+    from einslice._exec._semiring import log_dot
+
+    a = jnp.array([[-np.inf, 87, 37, 65]], jnp.float32)
+    b = jnp.array([[84], [-93], [39], [20]], jnp.float32)
+    ref = 85 + np.log1p(np.exp(76.0 - 85) + np.exp(-6.0 - 85))
+    out = log_dot(a, b, (((1,), (0,)), ((), ())), None)
+    assert abs(float(out[0, 0]) - ref) <= 1e-4, (float(out[0, 0]), ref)
+
+
+@pytest.mark.parametrize("n", [64, 128], ids=["small-union", "large-union"])
+def test_a_log_step_over_a_small_union_has_no_control_flow(n):
+    # ij,jk->ik contracting n > 16 entries: with 2n*2 <= SMALL_UNION entries
+    # in the union it is reduced there, exactly and without the matrix-unit
+    # rule's underflow repair (two conditionals and a loop to compile); past
+    # that (here 2*n*n) it takes that rule.
+    from einslice._exec import _semiring
+    from einslice._plan._semiring import LOG, SMALL_UNION
+
+    rng = np.random.default_rng(0)
+    k = 2 if n == 64 else n
+    a = rng.uniform(-100, 100, (2, n))
+    b = rng.uniform(-100, 100, (n, k))
+    a[0, : n - 3] = -np.inf  # a row of few terms, and a column of none
+    b[:, 1] = -np.inf
+    dims = (((1,), (0,)), ((), ()))
+
+    def step(a, b):
+        return _semiring.pair(LOG, a, b, dims, _semiring.Config())
+
+    text = jax.jit(step).lower(a, b).as_text()
+    small = 2 * n * k <= SMALL_UNION
+    assert ("stablehlo.case" in text or "stablehlo.while" in text) != small
+    out = np.asarray(step(jnp.asarray(a), jnp.asarray(b)))  # float64 (conftest)
+    terms = a[:, :, None] + b[None]
+    top = np.max(terms, axis=1)
+    shift = np.where(np.isfinite(top), top, 0)
+    with np.errstate(divide="ignore"):  # log(0): the column of no terms
+        ref = np.log(np.sum(np.exp(terms - shift[:, None]), axis=1)) + shift
+    assert np.isneginf(ref[:, 1]).all()
+    assert_log_close(out, ref, atol=1e-9)
+
+
 @pytest.fixture
 def per_step_rule_poisoned(monkeypatch):
     """Make the per-step "log" rule return NaN, so only the scaled form can pass."""

@@ -15,6 +15,7 @@ from einslice._plan._semiring import (
     MIN,
     SEMIRINGS,
     SMALL_CONTRACTION,
+    SMALL_UNION,
     SUM,
     Semiring,
     negation,
@@ -78,6 +79,10 @@ def test_how_each_contracts_a_step():
     assert not any(SUM.contracts_by_union(n) for n in (0, 1, 16, 10**9))
     assert LOG.contracts_by_union(SMALL_CONTRACTION)
     assert not LOG.contracts_by_union(SMALL_CONTRACTION + 1)
+    # or a union small enough (a scalar over 64 entries), whatever it contracts
+    assert LOG.contracts_by_union(64, union=SMALL_UNION)
+    assert not LOG.contracts_by_union(64, union=SMALL_UNION + 1)
+    assert not SUM.contracts_by_union(64, union=64)
     assert MAX.contracts_by_union(0) and MAX.contracts_by_union(10**12)
     assert MIN.contracts_by_union(0) and MIN.contracts_by_union(10**12)
     assert [s.name for s in SEMIRINGS.values() if s.shifted_exp_dot] == ["log"]

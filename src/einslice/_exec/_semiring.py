@@ -19,17 +19,25 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from itertools import pairwise
 from math import prod
 from typing import cast
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jax.typing import DTypeLike
 
-from .._plan._semiring import LOG, MAX, SUM, Semiring, rules_for_every_semiring
+from .._plan._semiring import (
+    LOG,
+    MAX,
+    SMALL_CONTRACTION,
+    SUM,
+    Semiring,
+    rules_for_every_semiring,
+)
 from . import _pallas
 from ._native import BUILD_PAIRS, enabled, max_plus_kernel, takes
 
@@ -102,21 +110,106 @@ def _safe_shift(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
 
 @partial(jax.custom_jvp, nondiff_argnums=(1,))
 def log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-    """Log Σ exp(x) over ``axes``: -inf for all -inf, and NaN-free derivatives."""
-    shift = _safe_shift(x, axes)
-    total = jnp.sum(jnp.exp(x - shift), axis=axes)
-    return jnp.log(total) + jnp.squeeze(shift, axes)
+    """Log Σ exp(x) over ``axes``: -inf for all -inf, and NaN-free derivatives.
+
+    Over at most ``ONE_PASS_UP_TO`` entries (a "log" step that reduces its
+    union) in one pass (`_online_log_sum`), else shifted by the max.
+
+    Example:
+        >>> x = jnp.array([[0.0, 0.0], [-jnp.inf, -jnp.inf]])
+        >>> [round(v, 4) for v in log_sum(x, (1,)).tolist()]
+        [0.6931, -inf]
+    """
+    if prod(x.shape[a] for a in axes) <= ONE_PASS_UP_TO:
+        return _online_log_sum(x, axes)
+    shift, _, total = _log_sum_parts(x, axes)
+    return lax.log(total) + shift
+
+
+# `log_sum` over at most this many entries runs as one reduction of pairs
+# (`_online_log_sum`): the "log" steps that reduce a union (at most
+# SMALL_CONTRACTION entries each). XLA:CPU, 2026-12-07, load 5-9 on 2 cores,
+# benchmarks/log_compile.py: a 48-step lattice of binary variables compiled
+# (lowering included) in 1.7-1.8x its "sum" plan's time, against 2.0-2.4x
+# with two reductions and 2.7-3.3x before either change; Grids_12's 279-step
+# plan in 8.4 s against 11.6 and 13.6. The lattice then ran 12-16% slower
+# (0.74 ms against 0.67 with two reductions and 0.64 before, 300 calls
+# interleaved), Grids_12 no slower (2.5 ms against 2.6 and 3.1). Standalone
+# reductions over 2-16 entries of 2^18-2^20 rows ran 1.3-11x faster, over
+# 1024 entries 6x slower (two exponentials an entry).
+ONE_PASS_UP_TO = SMALL_CONTRACTION
+
+
+def _online_log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """`log_sum` in one reduction of (max so far, sum shifted by it) pairs.
+
+    One reduction where the shifted form takes two (the max, then the sum
+    of exponentials): each is a kernel of its own that XLA compiles, in
+    every step of a "log" plan (figures at ``ONE_PASS_UP_TO``). Two
+    exponentials an entry, so only for short runs. The running max is
+    clamped to the finite range where it shifts (as in `_log_sum_parts`),
+    so an all ``-inf`` run sums to 0 and ``+inf`` stays ``+inf``.
+
+    Example:
+        >>> x = jnp.array([[1.0, -jnp.inf], [-jnp.inf, -jnp.inf], [jnp.inf, 2.0]])
+        >>> _online_log_sum(x, (1,)).tolist()
+        [1.0, -inf, inf]
+        >>> _online_log_sum(jnp.array([[-jnp.inf]]), (1,)).tolist()
+        [-inf]
+    """
+    dtype = np.dtype(x.dtype)
+    init = (np.array(-np.inf, dtype), np.array(0, dtype))
+    top, total = lax.reduce((x, lax.full_like(x, 1)), init, _pair_adder(dtype), axes)
+    # (not clamped here: XLA may pass a run of one entry through unreduced,
+    # whose sum is 1 also where it is -inf; the max itself makes that -inf)
+    return lax.log(total) + top
+
+
+@cache
+def _pair_adder(dtype: np.dtype):
+    """The reduction's adder of two (max, shifted sum) pairs of ``dtype``.
+
+    One function per dtype, so that JAX traces it once, not in every step.
+    """
+    finfo = jnp.finfo(dtype)
+    low, high = np.array(finfo.min, dtype), np.array(finfo.max, dtype)
+
+    def add(a, b):
+        (max_a, sum_a), (max_b, sum_b) = a, b
+        both = lax.max(max_a, max_b)
+        shift = lax.clamp(low, both, high)
+        return both, sum_a * lax.exp(max_a - shift) + sum_b * lax.exp(max_b - shift)
+
+    return add
+
+
+def _log_sum_parts(x: jax.Array, axes: tuple[int, ...]):
+    """The clamped max over ``axes``, the exponentials shifted by it, their sum.
+
+    Written in ``lax`` ops, the max clamped to the finite range (an all
+    ``-inf`` slice keeps ``-inf - shift = -inf``, a ``+inf`` entry stays
+    ``+inf``, and adding the shift back restores either): every "log" step
+    that reduces a union runs this, and a 48-step lattice's lowering took
+    1.1-1.3 s in jnp's wrappers and finiteness selects, 0.6 s in these
+    (``benchmarks/log_compile.py``).
+    """
+    kept = tuple(a for a in range(x.ndim) if a not in axes)
+    shift = lax.reduce_max(x, axes)
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        finfo = jnp.finfo(x.dtype)
+        low = lax.full_like(shift, finfo.min)
+        shift = lax.clamp(low, shift, lax.full_like(shift, finfo.max))
+    weights = lax.exp(x - lax.broadcast_in_dim(shift, x.shape, kept))
+    return shift, weights, lax.reduce_sum(weights, axes)
 
 
 @log_sum.defjvp
 def _log_sum_jvp(axes, primals, tangents):
     (x,), (tx,) = primals, tangents
-    shift = _safe_shift(x, axes)
-    weights = jnp.exp(x - shift)
-    total = jnp.sum(weights, axis=axes)
-    out = jnp.log(total) + jnp.squeeze(shift, axes)
-    safe = jnp.where(total > 0, total, jnp.ones_like(total))
-    return out, jnp.sum(weights * tx, axis=axes) / safe
+    shift, weights, total = _log_sum_parts(x, axes)
+    out = lax.log(total) + shift
+    safe = lax.select(total > 0, total, lax.full_like(total, 1))
+    return out, lax.reduce_sum(weights * tx, axes) / safe
 
 
 def elementwise(ring: Semiring, left: jax.Array, right: jax.Array) -> jax.Array:
@@ -137,7 +230,11 @@ def annihilating_add(left: jax.Array, right: jax.Array) -> jax.Array:
     total = left + right
     if not jnp.issubdtype(total.dtype, jnp.floating):
         return total
-    return jnp.where((left == -jnp.inf) | (right == -jnp.inf), -jnp.inf, total)
+    zero = lax.full_like(total, -jnp.inf)
+    either = (left == -jnp.inf) | (right == -jnp.inf)
+    if either.shape != total.shape:  # (a scalar beside an array)
+        either = jnp.broadcast_to(either, total.shape)
+    return lax.select(either, zero, total)
 
 
 def pair(
@@ -171,7 +268,7 @@ def _contract_by_flags(
     entries = prod(left.shape[a] for a in left_c)
     if ring.selective and entries > 1:  # a max ("min" is its negation)
         return max_plus_dot(left, right, dims)
-    if ring.contracts_by_union(entries):
+    if ring.contracts_by_union(entries, _union_entries(left, right, dims)):
         return _union_reduce(left, right, dims, _WRITTEN[ring.name].reduce)
     if ring.shifted_exp_dot:
         return log_dot(left, right, dims, config.precision)
@@ -181,6 +278,27 @@ def _contract_by_flags(
         dims,
         precision=config.precision,
         preferred_element_type=config.preferred_element_type,
+    )
+
+
+def _union_entries(left, right, dims: DimensionNumbers) -> int:
+    """Entries of the two sides' union, as ``_plan/_cost._by_union`` counts them.
+
+    (A size-1 axis broadcast against the other side's counts at the larger.)
+
+    Example:
+        >>> _union_entries(jnp.ones((2, 3)), jnp.ones((3, 5)), (((1,), (0,)), ((), ())))
+        30
+    """
+    (left_c, right_c), (left_b, right_b) = dims
+    shared = prod(
+        max(left.shape[a], right.shape[b])
+        for a, b in zip((*left_c, *left_b), (*right_c, *right_b), strict=True)
+    )
+    return (
+        shared
+        * prod(n for a, n in enumerate(left.shape) if a not in (*left_c, *left_b))
+        * prod(n for a, n in enumerate(right.shape) if a not in (*right_c, *right_b))
     )
 
 
@@ -337,13 +455,15 @@ def _union_reduce(left, right, dims: DimensionNumbers, reduce_axes) -> jax.Array
     Each side is laid out as one batch, one free and one contracted axis
     (rank 4 with the other side's free axis), whatever the step's rank:
     graphical models' steps hold tens of binary axes, and XLA's TPU backend
-    pads the last two axes of every array to 8x128 tiles.
+    pads the last two axes of every array to 8x128 tiles. Both sides are
+    broadcast to the union in ``lax`` ops (jnp's broadcasting and ``where``
+    each add a wrapper to trace and lower, in every step of a "log" plan).
     """
     (left_c, right_c), (left_b, right_b) = dims
     left_free = [a for a in range(left.ndim) if a not in left_b and a not in left_c]
     right_free = [a for a in range(right.ndim) if a not in right_b and a not in right_c]
-    lhs = jnp.transpose(left, (*left_b, *left_free, *left_c))
-    rhs = jnp.transpose(right, (*right_b, *right_free, *right_c))
+    lhs = _transposed(left, (*left_b, *left_free, *left_c))
+    rhs = _transposed(right, (*right_b, *right_free, *right_c))
     nb, nl, nr, nc = len(left_b), len(left_free), len(right_free), len(left_c)
     if lhs.shape[:nb] != rhs.shape[:nb] or lhs.shape[nb + nl :] != rhs.shape[nb + nr :]:
         # (a size-1 axis broadcast against the other side's: keep every axis)
@@ -354,10 +474,15 @@ def _union_reduce(left, right, dims: DimensionNumbers, reduce_axes) -> jax.Array
     shape = lhs.shape[: nb + nl] + rhs.shape[nb : nb + nr]
     n_b, n_l = prod(lhs.shape[:nb]), prod(lhs.shape[nb : nb + nl])
     n_r, n_c = prod(rhs.shape[nb : nb + nr]), prod(lhs.shape[nb + nl :])
-    total = annihilating_add(
-        lhs.reshape(n_b, n_l, 1, n_c), rhs.reshape(n_b, 1, n_r, n_c)
-    )
-    return reduce_axes(total, (3,)).reshape(shape)
+    union = (n_b, n_l, n_r, n_c)
+    lhs = lax.broadcast_in_dim(lhs.reshape(n_b, n_l, n_c), union, (0, 1, 3))
+    rhs = lax.broadcast_in_dim(rhs.reshape(n_b, n_r, n_c), union, (0, 2, 3))
+    return reduce_axes(annihilating_add(lhs, rhs), (3,)).reshape(shape)
+
+
+def _transposed(x: jax.Array, order: tuple[int, ...]) -> jax.Array:
+    """``x`` with its axes in ``order`` (no op where they already are)."""
+    return x if order == tuple(range(x.ndim)) else lax.transpose(x, order)
 
 
 # Max-plus products run on the CPU in einslice's own kernel (`_native`,

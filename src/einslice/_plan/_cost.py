@@ -388,6 +388,12 @@ def _fused_nodes(body: Body) -> frozenset[int]:
     )
 
 
+def _by_union(ring: Semiring, step: Step, local: Sequence[int]) -> bool:
+    """Whether the step reduces its sides' union, as ``_exec/_semiring`` decides."""
+    entries = _numel(step.contracted, local)
+    return ring.contracts_by_union(entries, _numel(step.result, local) * entries)
+
+
 def _step_transient(
     ring: Semiring,
     step: Step,
@@ -405,7 +411,7 @@ def _step_transient(
         # transposed sides, the column blocks and their transpose; its
         # derivative still reduces the union (below).
         return 2 * (size_l + size_r) + 2 * result
-    if step.contracted and ring.contracts_by_union(_numel(step.contracted, local)):
+    if step.contracted and _by_union(ring, step, local):
         return 2 * _buffer(_unique(left + right), local, tiling)
     if step.contracted and ring.shifted_exp_dot:
         # shifted exponentials, finite masks and transposed copies of both
@@ -475,7 +481,7 @@ def _step_residuals(body: Body, local: tuple[int, ...], tiling: Tiling = None) -
         if not step.contracted:
             continue
         left, right = nodes[step.left], nodes[step.right]
-        if ring.contracts_by_union(_numel(step.contracted, local)):
+        if _by_union(ring, step, local):
             residuals += _buffer(_unique(left + right), local, tiling)
         elif ring.shifted_exp_dot:
             residuals += entries[n_ops + s]

@@ -397,7 +397,10 @@ CPU_DEFAULT = Profile(
     # s: 0.03-0.24 s a step, while their host walks took 1.3-8 s and compile
     # + run 1.5-5x the walk. At 0.01 the first two compiled (PR 37 s end to
     # end where the walk takes 5 s, MAR over 60 s); 0.03 is the low end of
-    # those four. No fixed part: it is within those figures' spread.
+    # those four. No fixed part: it is within those figures' spread. (The
+    # lowering of union steps since (2026-12-07, benchmarks/log_compile.py,
+    # load 5-9): Grids_12's "log" plan, 279 steps, 0.030-0.043 s a step
+    # against 0.049-0.062; Promedus_24's unchanged: still at or above 0.03.)
     compile_seconds=0.0,
     compile_step_seconds=0.03,
     # A value-and-gradient program: "log" plans of UAI networks, 42-49 steps,
@@ -533,9 +536,11 @@ TPU_DEFAULT = Profile(
     # many-step plans are graphical models', log Z and marginals. Not measured
     # there: the gradient's compile, taken as 5x the forward's a step (the
     # CPU's ratio on the same lattices, 3-5x) and tuning's candidates (0.6 s:
-    # the single-digit-step compiles above). Host copies: 5.0 GB/s to the chip,
-    # 0.91 GB/s back (16M float32 entries), ~5 ms a round trip for a tiny
-    # one; the slower way is the figure.
+    # the single-digit-step compiles above). The "log" figures predate the
+    # one-reduction union steps (CPU: 30-40% less compile on lattices);
+    # benchmarks/log_compile.py prints the seconds a step to replace them.
+    # Host copies: 5.0 GB/s to the chip, 0.91 GB/s back (16M float32
+    # entries), ~5 ms a round trip for a tiny one; the slower way is the figure.
     compile_seconds=0.2,
     compile_step_seconds=0.06,
     grad_compile_step_seconds=0.3,

@@ -29,6 +29,13 @@ from .._errors import EinsliceError
 # union exactly (no matrix unit, no underflow repair): cheaper to compile and
 # run for the binary and small domains of graphical models.
 SMALL_CONTRACTION = 16
+# ... and so does one whose union (result entries times contracted entries)
+# holds at most this many: its max, exponentials and sums take microseconds,
+# while the matrix-unit rule compiles two conditionals and a loop for its
+# underflow repair. On a 7x7 lattice of binary variables (48 steps) the last
+# step, a scalar over 64 entries, took that rule and was the only step with
+# control flow in the program (benchmarks/log_compile.py).
+SMALL_UNION = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +53,8 @@ class Semiring:
         jnp_einsum: whether ``jnp.einsum`` computes it, so that one call of it
             along the plan's path is a tuning candidate.
         union_up_to: contracting steps over at most this many entries (math.inf:
-            all of them) add the two sides into their materialized union and
+            all of them), or whose union holds at most ``SMALL_UNION``
+            entries, add the two sides into their materialized union and
             reduce it instead of using the matrix unit; None: never.
         shifted_exp_dot: whether other contracting steps shift each side by
             its max, exponentiate, ``dot_general`` and take the log (with
@@ -91,14 +99,20 @@ class Semiring:
         """
         return math.isinf(self.zero)
 
-    def contracts_by_union(self, entries: int) -> bool:
+    def contracts_by_union(self, entries: int, union: float = math.inf) -> bool:
         """Whether a step contracting ``entries`` entries reduces the sides' union.
+
+        ``union``: the union's entries (the result's times ``entries``).
 
         Example:
             >>> LOG.contracts_by_union(16), LOG.contracts_by_union(17)
             (True, False)
+            >>> LOG.contracts_by_union(64, union=64), SUM.contracts_by_union(2, 2)
+            (True, False)
         """
-        return self.union_up_to is not None and entries <= self.union_up_to
+        if self.union_up_to is None:
+            return False
+        return entries <= self.union_up_to or union <= SMALL_UNION
 
 
 SUM = Semiring(
