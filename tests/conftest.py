@@ -80,7 +80,10 @@ SLOW_TESTS = {
         "test_bench_suite_on_tiny_shapes",
         "test_bench_writes_table_csv_and_plot",
     },
-    "tests/exec/test_host.py": {"test_sliced_plans_loop_over_their_chunks"},
+    "tests/exec/test_host.py": {
+        "test_sliced_plans_loop_over_their_chunks",
+        "test_the_walk_holds_at_most_its_bound",  # 26 s: 30 examples, 4 walks each
+    },
     "tests/exec/test_host_grad.py": {
         "test_sliced_plans_agree_with_jax_grad_of_the_compiled_plan"
     },
@@ -92,6 +95,9 @@ SLOW_TESTS = {
         "test_large_searches_are_never_worse_than_cotengras_at_the_same_budget",
     },
     "tests/pgm/test_infer.py": {"test_grids_15_map_value_fits_256mb_and_bounds_log_z"},
+    "tests/pgm/test_sample.py": {  # 35 s: samples at the smallest limit that fits
+        "test_a_limit_below_every_layout_states_the_smallest"
+    },
     "tests/test_conformance.py": {
         "test_grad_matches_jnp",
         "test_out_sharding_on_two_devices",
@@ -109,6 +115,7 @@ SLOW_TESTS = {
         "test_sum_jvp_and_vjp_match_jnp",
     },
     "tests/test_memory.py": {
+        "test_a_many_step_log_gradient_counts_every_steps_exponentials",  # 12 s
         "test_compiled_temporaries_within_the_limit",
         "test_seed_formula_n128_under_other_limits",
         "test_seed_formula_n256_log_semiring_fits_16MB",
@@ -193,10 +200,21 @@ ACCELERATOR_TESTS = {
 }
 
 
+# Modules whose tests share a module fixture that costs seconds. The README's
+# command runs the tests in two processes (pytest-xdist, `-n 2 --dist
+# loadgroup`): each of these modules runs in one of them, so that its fixtures
+# run once, not once in each process.
+ONE_PROCESS_MODULES = {
+    "tests/exec/test_shard.py",  # two fixtures, each a 4-device process (35 s)
+}
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         name = getattr(item, "originalname", item.name)
+        if path in ONE_PROCESS_MODULES:
+            item.add_marker(pytest.mark.xdist_group(path))
         if name in SLOW_TESTS.get(path, ()):
             item.add_marker(pytest.mark.slow)
         chosen = ACCELERATOR_TESTS.get(path, ())
