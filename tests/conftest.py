@@ -87,10 +87,6 @@ SLOW_TESTS = {
     "tests/exec/test_host_grad.py": {
         "test_sliced_plans_agree_with_jax_grad_of_the_compiled_plan"
     },
-    "tests/exec/test_shard.py": {  # each module fixture runs a 4-device process
-        "test_four_simulated_devices",
-        "test_split_operands_used_in_place",
-    },
     "tests/plan/test_search.py": {
         "test_large_searches_are_never_worse_than_cotengras_at_the_same_budget",
     },
@@ -138,6 +134,14 @@ SLOW_TESTS = {
         "test_grad_matches_jnp_on_random_equations",
         "test_grad_matches_jnp_when_sliced",
     },
+}
+
+
+# Tests that use these module fixtures are slow too (the fixture's time falls
+# on whichever test of the module runs first).
+SLOW_FIXTURES = {
+    # each runs every case in a 4-device process: 36 s and 33 s on 2 cores
+    "tests/exec/test_shard.py": {"sharded", "in_place"},
 }
 
 
@@ -204,22 +208,13 @@ ACCELERATOR_TESTS = {
 }
 
 
-# Modules whose tests share a module fixture that costs seconds. The README's
-# command runs the tests in two processes (pytest-xdist, `-n 2 --dist
-# loadgroup`): each of these modules runs in one of them, so that its fixtures
-# run once, not once in each process.
-ONE_PROCESS_MODULES = {
-    "tests/exec/test_shard.py",  # two fixtures, each a 4-device process (35 s)
-}
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         name = getattr(item, "originalname", item.name)
-        if path in ONE_PROCESS_MODULES:
-            item.add_marker(pytest.mark.xdist_group(path))
-        if name in SLOW_TESTS.get(path, ()):
+        slow_fixtures = SLOW_FIXTURES.get(path, set())
+        uses_one = bool(slow_fixtures.intersection(getattr(item, "fixturenames", ())))
+        if name in SLOW_TESTS.get(path, ()) or uses_one:
             item.add_marker(pytest.mark.slow)
         chosen = ACCELERATOR_TESTS.get(path, ())
         if name in chosen or item.name in chosen:
