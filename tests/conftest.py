@@ -149,9 +149,9 @@ SLOW_FIXTURES = {
 # float64 references, memory within the limit, gradients, semirings and pgm
 # on a shared instance, few enough to run on a TPU v5e in one process in
 # minutes. There each program compiles for the chip (~0.2-1 s): the subset is
-# sized by the programs it compiles, at most ~150 (counted on the CPU with
-# benchmarks/compile_count.py: 206 before the cases below were picked, 40 of
-# them one gradient op by op). Every test here also runs on the CPU, as any
+# sized by the programs it compiles, at most ~150 (benchmarks/compile_count.py
+# counted 206 on the CPU before the cases below were picked, 40 of them one
+# gradient op by op; 125 after). Every test here also runs on the CPU, as any
 # other.
 ACCELERATOR_TESTS = {
     # (a test's id with its parameters picks those only: every executor's
