@@ -80,18 +80,20 @@ SLOW_TESTS = {
         "test_bench_suite_on_tiny_shapes",
         "test_bench_writes_table_csv_and_plot",
     },
-    "tests/exec/test_host.py": {"test_sliced_plans_loop_over_their_chunks"},
+    "tests/exec/test_host.py": {
+        "test_sliced_plans_loop_over_their_chunks",
+        "test_the_walk_holds_at_most_its_bound",  # 26 s: 30 examples, 4 walks each
+    },
     "tests/exec/test_host_grad.py": {
         "test_sliced_plans_agree_with_jax_grad_of_the_compiled_plan"
-    },
-    "tests/exec/test_shard.py": {  # each module fixture runs a 4-device process
-        "test_four_simulated_devices",
-        "test_split_operands_used_in_place",
     },
     "tests/plan/test_search.py": {
         "test_large_searches_are_never_worse_than_cotengras_at_the_same_budget",
     },
     "tests/pgm/test_infer.py": {"test_grids_15_map_value_fits_256mb_and_bounds_log_z"},
+    "tests/pgm/test_sample.py": {  # 35 s: samples at the smallest limit that fits
+        "test_a_limit_below_every_layout_states_the_smallest"
+    },
     "tests/test_conformance.py": {
         "test_grad_matches_jnp",
         "test_out_sharding_on_two_devices",
@@ -109,6 +111,7 @@ SLOW_TESTS = {
         "test_sum_jvp_and_vjp_match_jnp",
     },
     "tests/test_memory.py": {
+        "test_a_many_step_log_gradient_counts_every_steps_exponentials",  # 12 s
         "test_compiled_temporaries_within_the_limit",
         "test_seed_formula_n128_under_other_limits",
         "test_seed_formula_n256_log_semiring_fits_16MB",
@@ -134,12 +137,22 @@ SLOW_TESTS = {
 }
 
 
+# Tests that use these module fixtures are slow too (the fixture's time falls
+# on whichever test of the module runs first).
+SLOW_FIXTURES = {
+    # each runs every case in a 4-device process: 36 s and 33 s on 2 cores
+    "tests/exec/test_shard.py": {"sharded", "in_place"},
+}
+
+
 # The accelerator subset (``pytest -m accelerator``): correctness against
 # float64 references, memory within the limit, gradients, semirings and pgm
 # on a shared instance, few enough to run on a TPU v5e in one process in
-# minutes (a test there costs seconds: each program compiles for the chip;
-# on this project's CPU at load 18, the 51 took 168 s). Every test here also
-# runs on the CPU, as any other.
+# minutes. There each program compiles for the chip (~0.2-1 s): the subset is
+# sized by the programs it compiles, at most ~150 (benchmarks/compile_count.py
+# counted 206 on the CPU before the cases below were picked, 40 of them one
+# gradient op by op; 125 after). Every test here also runs on the CPU, as any
+# other.
 ACCELERATOR_TESTS = {
     # (a test's id with its parameters picks those only: every executor's
     # "log" programs on the six-operand and the iijb formulas took 61 s and
@@ -161,7 +174,9 @@ ACCELERATOR_TESTS = {
         "test_log_of_equal_entries_counts_them",
         "test_log_chunks_that_are_all_neg_inf",
         "test_max_matches_brute_force",
-        "test_max_gradient_is_the_indicator_of_the_maximizer",
+        # sliced only (the chunks' first maximizer); unsliced: 18 programs
+        "test_max_gradient_is_the_indicator_of_the_maximizer[distinct-sliced]",
+        "test_max_gradient_is_the_indicator_of_the_maximizer[ties-sliced]",
         "test_semirings_under_jit_and_vmap",
     },
     "tests/test_gradients.py": {
@@ -197,7 +212,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         name = getattr(item, "originalname", item.name)
-        if name in SLOW_TESTS.get(path, ()):
+        slow_fixtures = SLOW_FIXTURES.get(path, set())
+        uses_one = bool(slow_fixtures.intersection(getattr(item, "fixturenames", ())))
+        if name in SLOW_TESTS.get(path, ()) or uses_one:
             item.add_marker(pytest.mark.slow)
         chosen = ACCELERATOR_TESTS.get(path, ())
         if name in chosen or item.name in chosen:

@@ -11,11 +11,27 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from hypothesis import settings
 from hypothesis import strategies as st
 from numpy.typing import DTypeLike
 
 import einslice
 from einslice._plan._request import PlanRequest
+
+
+def at_most(examples: int, **kwargs) -> settings:
+    """``settings(max_examples=examples, **kwargs)``, fewer where the profile says so.
+
+    For properties that set their own count because each example compiles: the
+    ``accelerator`` profile's 3 examples (tests/conftest.py) then hold for them
+    too, where ``settings(max_examples=examples)`` would override the profile.
+
+    >>> at_most(10**6).max_examples == settings().max_examples  # the profile's
+    True
+    """
+    fewest = min(examples, settings().max_examples)  # (settings(): the profile)
+    return settings(max_examples=fewest, **kwargs)
+
 
 LETTERS = "abcdefghij"
 """Index names the random equations draw from (up to 10 distinct indices)."""

@@ -56,8 +56,11 @@ def test_set_up_keeps_exactly_the_two_commands():
     main_job, tests = commands
     assert "pip install -e '.[bench]' && einslice bench " in main_job
     assert tests.endswith(
-        """pip install -q -e '.[test]' && python -m pytest -q -m "not slow\""""
+        """pip install -q -e '.[test]' && python -m pytest -q -m "not slow" """
+        "-n 2 --dist loadfile"
     )
+    # CI runs the README's command as it is written
+    assert tests in (ROOT / ".ci" / "run").read_text().splitlines()
 
 
 def test_version_comes_from_the_package_metadata():

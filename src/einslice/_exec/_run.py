@@ -580,7 +580,7 @@ def running_plan(p: Plan) -> Plan:
     Example:
         >>> import einslice
         >>> p = einslice.plan("ij,jk->ik", (2, 3), (3, 4))
-        >>> einslice.running_plan(p) is p
+        >>> einslice.running_plan(p) == p  # (an equal plan made earlier may be the one)
         True
     """
     return _top_level_run(p).plan
