@@ -245,6 +245,20 @@ def test_a_max_stage_out_of_reach_is_refused_unplanned(monkeypatch):
     )
 
 
+def test_a_sum_out_of_reach_is_refused_unplanned(monkeypatch):
+    model = grid(0, 5)
+    query = border_query()  # the 3x3 interior summed onto 12 border variables
+    monkeypatch.setattr(_mmap, "REACH_BITS", 12)
+    with pytest.raises(EinsliceError, match="summing out a component of 9 non") as e:
+        marginal_map(model, query)
+    assert "a table of 4.1e+03 entries" in str(e.value)
+    # the greedy order's step: an interior variable, its neighbours and more
+    step = int(re.search(r"a step of 2\^(\d+) entries", str(e.value))[1])
+    assert step > 12
+    monkeypatch.setattr(_mmap, "REACH_BITS", step)
+    assert len(marginal_map(model, query).assignment) == 16
+
+
 def test_query_files_parse_and_name_bad_lines():
     assert parse_query("3 2 5 9\n") == [2, 5, 9]
     with pytest.raises(EinsliceError, match="line 1: the query declares 3"):

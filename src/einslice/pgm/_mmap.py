@@ -22,14 +22,15 @@ best of them is the answer (exact; components that hold no clamped variable
 are summed once). More than `_clamp.MAX_SUBPROBLEMS` such states is out of
 reach, and the error says the limit that would need no more.
 
-Before the max stage is planned, quick bounds on its width (`_width`, a
-second or two) decide whether planning it can pay: where a greedy
-elimination order's largest step has more than 2^`REACH_BITS` entries, no
-tree search is run and the error gives the bounds (the treewidth's lower
-bound, the order's step), as MAR states the smallest limit. On Promedas_11
-a single trial of the core's search took minutes on such a network, and the
-best tree cotengra's kahypar found in 200 s still had a step of 2^83
-entries. ``optimize=einslice.TreeSearch(...)`` searches anyway.
+Before any stage is planned, quick bounds on its width (`_width`, a second
+or two) decide whether planning it can pay: where a greedy elimination
+order's largest step, for a component's sum or for the max over the query
+variables, has more than 2^`REACH_BITS` entries, no tree search is run and
+the error gives the bounds (the treewidth's lower bound, the order's step),
+as MAR states the smallest limit. On Promedas_11 a single trial of the
+core's search took minutes on such a network, and the best tree cotengra's
+kahypar found in 200 s still had a step of 2^83 entries.
+``optimize=einslice.TreeSearch(...)`` searches anyway.
 """
 
 from __future__ import annotations
@@ -280,24 +281,48 @@ def _clamped(cond: FactorGraph, components, limit: int) -> tuple[int, ...]:
 
 
 def _check_reach(cond, components, query_only, queried, clamped) -> None:
-    """Refuses, unplanned, a max stage whose greedy order is beyond reach."""
+    """Refuses, unplanned, a stage whose greedy elimination order is beyond reach.
+
+    Each component's sum (its summed variables eliminated, the query
+    variables it touches kept), then the max over the query variables.
+    """
     fixed = set(clamped)
+    cards = cond.cardinalities
+    for summed, boundary, members in components:
+        graph = interaction_graph(
+            tuple(v for v in cond.factors[i].scope if v not in fixed) for i in members
+        )
+        upper = elimination_bits(graph, cards, summed)
+        if upper > REACH_BITS:
+            kept = math.prod(cards[v] for v in boundary if v not in fixed)
+            raise EinsliceError(
+                f"exact marginal MAP is out of reach here: summing out a "
+                f"component of {len(summed)} non-query variables onto the query "
+                f"variables it touches (a table of {kept:.3g} entries) "
+                + _bounds(graph, cards, upper)
+            )
     scopes = [f.scope for f in query_only] + [b for _, b, _ in components]
     graph = interaction_graph(
         [tuple(v for v in s if v not in fixed) for s in scopes]
         + [(v,) for v in queried if v not in fixed]
     )
-    upper = elimination_bits(graph, cond.cardinalities)
-    if upper <= REACH_BITS:
-        return
+    upper = elimination_bits(graph, cards)
+    if upper > REACH_BITS:
+        raise EinsliceError(
+            f"exact marginal MAP is out of reach here: the max over the "
+            f"{len(graph)} query variables, once the others are summed out, "
+            + _bounds(graph, cards, upper)
+        )
+
+
+def _bounds(graph, cards, upper: float) -> str:
+    """The rest of `_check_reach`'s message: the bounds, and what to do."""
     lower = minor_min_width(graph)
-    least = min((cond.cardinalities[v] for v in graph), default=2)
-    raise EinsliceError(
-        f"exact marginal MAP is out of reach here: the max over the "
-        f"{len(graph)} query variables, once the others are summed out, "
+    least = min((cards[v] for v in graph), default=2)
+    return (
         f"has treewidth at least {lower} (minor-min-width), so some step of "
-        f"any exact contraction spans at least {lower + 1} query variables "
-        f"(>= {least}^{lower + 1} entries), and the greedy elimination order "
+        f"any exact contraction spans at least {lower + 1} variables (>= "
+        f"{least}^{lower + 1} entries), and the greedy elimination order "
         f"found has a step of 2^{upper:.0f} entries, beyond the 2^{REACH_BITS} "
         f"a search could bring within reach (hours). Pass "
         f"optimize=einslice.TreeSearch(seconds=...) to search for a better "

@@ -12,7 +12,9 @@ table holds both), so
   that vertex into its neighbour of least degree);
 - an elimination order is a contraction tree: `elimination_bits` follows the
   one that eliminates, each time, the variable whose clique (it and its
-  neighbours) has the fewest entries, and returns that clique's size.
+  neighbours) has the fewest entries, and returns that clique's size; for
+  a sum that keeps some variables (marginal MAP's components), only the
+  summed ones are eliminated.
 
 ``benchmarks/treewidth_bounds.py`` reports the same bounds for whole models.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 __all__ = ["elimination_bits", "interaction_graph", "minor_min_width"]
 
@@ -76,25 +78,34 @@ def minor_min_width(graph: dict[int, set[int]]) -> int:
     return bound
 
 
-def elimination_bits(graph: dict[int, set[int]], cardinalities: Sequence[int]) -> float:
+def elimination_bits(
+    graph: dict[int, set[int]],
+    cardinalities: Sequence[int],
+    eliminated: Collection[int] | None = None,
+) -> float:
     """log2 of the entries of the largest clique a greedy elimination order forms.
 
     The order eliminates, each time, the variable whose clique (itself and
     its neighbours) has the fewest entries; a contraction along it has a
     step over that many entries, so the best contraction needs no more.
+    ``eliminated``: only these (a sum that keeps the others, whose cliques
+    then hold every kept variable they reach); None: all.
 
     Example:
         >>> chain = {0: {1}, 1: {0, 2}, 2: {1}}
         >>> elimination_bits(chain, [2, 4, 2])  # the clique {0, 1}: 8 entries
         3.0
+        >>> elimination_bits(chain, [2, 4, 2], [1])  # keeping 0 and 2: {0, 1, 2}
+        4.0
     """
     bits = {v: math.log2(cardinalities[v]) for v in graph}
     graph = {v: set(n) for v, n in graph.items()}
+    allowed = set(graph) if eliminated is None else set(eliminated) & set(graph)
 
     def clique(v: int) -> float:
         return bits[v] + sum(bits[u] for u in graph[v])
 
-    current = {v: clique(v) for v in graph}  # each variable's latest key
+    current = {v: clique(v) for v in allowed}  # each variable's latest key
     heap = [(size, v) for v, size in current.items()]
     heapq.heapify(heap)
     largest = 0.0
@@ -107,7 +118,7 @@ def elimination_bits(graph: dict[int, set[int]], cardinalities: Sequence[int]) -
         for w in neighbours:
             graph[w].discard(v)
             graph[w] |= neighbours - {w}
-        for w in neighbours:
+        for w in neighbours & allowed:
             current[w] = clique(w)
             heapq.heappush(heap, (current[w], w))
     return largest
