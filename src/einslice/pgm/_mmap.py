@@ -61,16 +61,16 @@ __all__ = ["MarginalMapResult", "marginal_map"]
 # component cost ~0.5 s each in planning and compiling, and Promedas_11 has
 # 601 components of 2 to 6 factors.
 HOST_ENTRIES = 1 << 20
-# The max stage is refused unplanned where a greedy elimination order's
-# largest step has more than 2^REACH_BITS entries. Measured on the UAI 2014
-# MMAP Promedas networks (their reduced models, 2026-12-07): the core's search
-# improved on that order by about 8 bits where the order was moderate
-# (Promedas_60: order 2^37, kahypar's tree 2^29, solved in 25 s; Promedas_51:
-# 2^41 and 2^34), and where it was not, a single trial of the search took
-# minutes and its best tree stayed far beyond any device (Promedas_11: order
-# 2^169, kahypar 2^83 after 200 s). 2^48, less 8 bits, is a step of 2^40
-# entries: hours of max-plus on a CPU, about the most a call can take.
-REACH_BITS = 48
+# A stage is refused unplanned where a greedy elimination order's largest
+# step has more than 2^REACH_BITS entries. Measured on the UAI 2014 MMAP
+# Promedas networks' reduced models (2026-12-07, 1 GB, load ~9 on 2 cores):
+# the core's search solved every one it was given up to 2^51 (Promedas_46,
+# 2^51: 318 s; Promedas_28, 2^45: 109 s; Promedas_60, 2^37: 8 s), as it finds
+# far better trees than the greedy order there (Promedas_60: kahypar's has a
+# step of 2^29); far beyond, one trial of the search took minutes and its best
+# tree stayed out of any device's reach (Promedas_11: order 2^169, kahypar's
+# tree 2^83 after 200 s). Orders of 2^53 to 2^60 were not tried.
+REACH_BITS = 52
 
 
 @dataclass(frozen=True, slots=True)
