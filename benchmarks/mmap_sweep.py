@@ -179,14 +179,15 @@ def _natural(name: str) -> tuple:
 
 
 def _bounds(message: str) -> str:
-    """'treewidth >= L, order 2^U' from the out-of-reach message."""
+    """'STAGE: treewidth >= L, order 2^U' from the out-of-reach message."""
     import re
 
     lower = re.search(r"treewidth at least (\d+)", message)
     upper = re.search(r"a step of 2\^(\d+) entries", message)
     if not (lower and upper):
         return "?"
-    return f"treewidth ≥ {lower[1]}, order 2^{upper[1]}"
+    stage = "sum" if "summing out" in message else "max"
+    return f"{stage}: treewidth ≥ {lower[1]}, order 2^{upper[1]}"
 
 
 def _number(x, spec: str) -> str:
