@@ -64,13 +64,13 @@ HOST_ENTRIES = 1 << 20
 # A stage is refused unplanned where a greedy elimination order's largest
 # step has more than 2^REACH_BITS entries. Measured on the UAI 2014 MMAP
 # Promedas networks' reduced models (2026-12-07, 1 GB, load ~9 on 2 cores):
-# the core's search solved all 16 it was given, up to 2^52 (Promedas_46,
-# 2^51: 321 s; Promedas_52, 2^52: 70 s; Promedas_60, 2^37: 8 s), as it finds
-# far better trees than the greedy order there (Promedas_60: kahypar's has a
-# step of 2^29); far beyond, one trial of the search took minutes and its best
-# tree stayed out of any device's reach (Promedas_11: order 2^169, kahypar's
-# tree 2^83 after 200 s). Orders of 2^53 to 2^60 were not tried.
-REACH_BITS = 52
+# the core's search solved every one it was given, up to 2^55 (Promedas_67,
+# 2^55: 186 s; Promedas_46, 2^51: 321 s; Promedas_60, 2^37: 8 s), as it
+# finds far better trees than the greedy order there (Promedas_60: kahypar's
+# has a step of 2^29); far beyond, one trial of the search took minutes and
+# its best tree stayed out of any device's reach (Promedas_11: order 2^169,
+# kahypar's tree 2^83 after 200 s). Orders of 2^57 to 2^100 were not tried.
+REACH_BITS = 56
 
 
 @dataclass(frozen=True, slots=True)
