@@ -9,8 +9,9 @@ contraction of the whole network, float64), which must equal the returned
 log-value. The table lists the query size, the summed components and the
 widest boundary (query variables one component's sum leaves a table over:
 exact marginal MAP by elimination needs that table), time, peak RSS, the
-value, the check, and for a failure its reason (``memory`` with the
-smallest limit, ``timeout``).
+value, the check, the query variables clamped to fit the limit, and for a
+failure its reason (``memory`` with the smallest limit, ``out of reach``
+with the max stage's width bounds, ``timeout``).
 
 The instances come from the ``dechterlab/uai-competitions`` repository
 (``UAI-2014/MMAP/*.zip``); extract them outside this repository.
@@ -18,6 +19,7 @@ The instances come from the ``dechterlab/uai-competitions`` repository
 Usage:
     python benchmarks/mmap_sweep.py DIR [--memory-limit 1GB] [--timeout 600]
         [--only NAME ...] [--out benchmarks/results/mmap_uai2014.md]
+        [--jsonl ROWS.jsonl] [--render]
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def run_one(path: Path, limit: str) -> None:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from einslice import MemoryLimitError
+    from einslice import EinsliceError, MemoryLimitError
     from einslice.pgm import (
         _mmap,
         log_partition,
@@ -79,11 +81,22 @@ def run_one(path: Path, limit: str) -> None:
     try:
         result = marginal_map(model, query, evidence, memory_limit=limit)
     except MemoryLimitError as e:
-        _emit(status="memory", smallest=e.smallest_limit, message=str(e)[:300])
+        _emit(status="memory", smallest=e.smallest_limit, message=str(e)[:600])
+        return
+    except EinsliceError as e:  # the max stage out of reach (its width bounds)
+        seconds = time.perf_counter() - start
+        _emit(status="reach", seconds=seconds, message=str(e)[:600])
         return
     seconds = time.perf_counter() - start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    _emit(status="ok", seconds=seconds, log_value=result.log_value, rss_mb=rss)
+    _emit(
+        status="ok",
+        seconds=seconds,
+        log_value=result.log_value,
+        rss_mb=rss,
+        clamped=len(result.clamped),
+        subproblems=result.subproblems,
+    )
     clamped: dict = {**evidence, **result.assignment}
     start = time.perf_counter()
     check = log_partition(model, clamped, memory_limit=limit, dtype="float64")
@@ -136,6 +149,10 @@ def _markdown(rows: list[dict], limit: str, timeout: float) -> str:
         status = r["status"]
         if status == "memory":
             status = f"memory (needs {r['smallest'] / 1e9:.3g} GB)"
+        elif status == "reach":
+            status = "out of reach (" + _bounds(r.get("message", "")) + ")"
+        elif status == "ok" and r.get("clamped"):
+            status = f"ok, {r['clamped']} clamped ({r['subproblems']} sub-problems)"
         value = f"{r['log_value']:.6f}" if "log_value" in r else "—"
         check = (
             f"{r['check'] - r['log_value']:.1e}"
@@ -155,6 +172,24 @@ def _markdown(rows: list[dict], limit: str, timeout: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _natural(name: str) -> tuple:
+    """Promedas_9 before Promedas_10."""
+    family, _, number = name.rpartition("_")
+    return (family, int(number)) if number.isdigit() else (name, 0)
+
+
+def _bounds(message: str) -> str:
+    """'STAGE: treewidth >= L, order 2^U' from the out-of-reach message."""
+    import re
+
+    lower = re.search(r"treewidth at least (\d+)", message)
+    upper = re.search(r"a step of 2\^(\d+) entries", message)
+    if not (lower and upper):
+        return "?"
+    stage = "sum" if "summing out" in message else "max"
+    return f"{stage}: treewidth ≥ {lower[1]}, order 2^{upper[1]}"
+
+
 def _number(x, spec: str) -> str:
     return "—" if x is None else format(x, spec)
 
@@ -167,10 +202,24 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--jsonl", type=Path, default=None, help="append rows here")
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="only write the table from the rows already in --jsonl",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         run_one(args.dir, args.memory_limit)
+        return
+    if args.render:
+        rows = [json.loads(line) for line in args.jsonl.read_text().splitlines()]
+        latest = {r["name"]: r for r in rows}  # a name run again: its last row
+        ordered = sorted(latest.values(), key=lambda r: _natural(r["name"]))
+        text = _markdown(ordered, args.memory_limit, args.timeout)
+        if args.out:
+            args.out.write_text(text)
+        print(text)
         return
     paths = sorted(p for p in args.dir.rglob("*.uai") if Path(f"{p}.query").exists())
     if args.only:

@@ -157,3 +157,27 @@ def test_the_help_lists_every_task():
     assert TASKS == ("PR", "MAR", "MAP", "MMAP", "SAMPLE")
     for task in TASKS:
         assert task in text
+
+
+def test_mmap_says_how_many_query_variables_it_clamped(tmp_path, capsys):
+    # a 5x5 grid, its border queried: one 2^12-entry table (32.8 kB) in 10 kB
+    rng = np.random.default_rng(0)
+    edges = [(r * 5 + c, r * 5 + c + 1) for r in range(5) for c in range(4)]
+    edges += [(r * 5 + c, (r + 1) * 5 + c) for r in range(4) for c in range(5)]
+    lines = ["MARKOV", "25", " ".join(["2"] * 25), str(len(edges))]
+    lines += [f"2 {a} {b}" for a, b in edges]
+    for _ in edges:
+        lines += ["", "4", " ".join(f"{x:.6f}" for x in np.exp(rng.normal(size=4)))]
+    model = tmp_path / "grid5.uai"
+    model.write_text("\n".join(lines) + "\n")
+    border = [v for v in range(25) if v // 5 in (0, 4) or v % 5 in (0, 4)]
+    query = tmp_path / "grid5.uai.query"
+    query.write_text(f"{len(border)} " + " ".join(map(str, border)) + "\n")
+    argv = [str(model), "--task", "MMAP", "--query", str(query)]
+    code, text = run([*argv, "--memory-limit", "10kB"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "16 query variables, 2 of them clamped to fit the limit (4 sub" in err
+    code, whole = run(argv)
+    assert code == 0 and whole == text
+    assert "clamped" not in capsys.readouterr().err

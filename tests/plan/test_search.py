@@ -630,3 +630,18 @@ def test_greedy_trees_over_the_limit_are_sliced_to_fit_without_a_search():
     assert unsliced.peak_bytes > limit
     found = search_tree(terms, output, sizes, 8, limit)
     assert found == quick
+
+
+def test_the_search_gets_recursion_room_and_gives_it_back():
+    import sys
+
+    from einslice._plan._search import RECURSION_PER_TERM, _recursion_room
+
+    before = sys.getrecursionlimit()
+    with _recursion_room(1000):
+        # cotengra's recursive tree walks, ~one level per tensor, fit
+        assert sys.getrecursionlimit() >= RECURSION_PER_TERM * 1000 + before
+    assert sys.getrecursionlimit() == before
+    with pytest.raises(KeyError), _recursion_room(10):
+        raise KeyError  # put back on an error too
+    assert sys.getrecursionlimit() == before

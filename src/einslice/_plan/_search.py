@@ -52,11 +52,13 @@ Found trees are cached in memory and as JSON files under
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import math
 import random
+import sys
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -402,7 +404,9 @@ def search_tree(
         profile,
         None if given_terms == terms else given_terms,
     )
-    return _cached(key, search_seconds, runs, None if since is None else _Since(since))
+    since_ = None if since is None else _Since(since)
+    with _recursion_room(len(terms)):
+        return _cached(key, search_seconds, runs, since_)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,6 +418,29 @@ class _Since:
     """
 
     at: float = dataclasses.field(compare=False)
+
+
+@contextlib.contextmanager
+def _recursion_room(n_terms: int):
+    """Python's recursion limit raised to what cotengra's trees need, then put back.
+
+    cotengra walks a contraction tree recursively (``get_involved``,
+    ``slice``): a greedy tree of a chain-like network is about as deep as it
+    has tensors, and Promedas_49's and Promedas_64's marginal-MAP max stages
+    (~400 tables) hit ``RecursionError`` at Python's default of 1000 while
+    their quick tree was sliced (2026-12-07).
+    """
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, RECURSION_PER_TERM * n_terms + old))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+# Frames per tensor of the network that cotengra's recursive tree walks may
+# take (a node's walk calls a few functions per level; 4 leaves room).
+RECURSION_PER_TERM = 4
 
 
 @lru_cache(maxsize=256)

@@ -14,6 +14,7 @@ from ._infer import log_partition as log_partition
 from ._infer import map_assignment as map_assignment
 from ._infer import map_value as map_value
 from ._infer import marginals as marginals
+from ._mmap import MarginalMapResult as MarginalMapResult
 from ._mmap import marginal_map as marginal_map
 from ._model import Evidence as Evidence
 from ._model import Factor as Factor
@@ -31,6 +32,7 @@ __all__ = [
     "Factor",
     "FactorGraph",
     "MapResult",
+    "MarginalMapResult",
     "Marginals",
     "log_partition",
     "map_assignment",

@@ -209,8 +209,15 @@ def _mmap_or_sample(args, model, evidence, limit, read_query, progress):
             optimize=args.optimize,
             dtype=args.dtype,
         )
+        clamped = (
+            f", {len(result.clamped)} of them clamped to fit the limit "
+            f"({result.subproblems} sub-problems)"
+            if result.clamped
+            else ""
+        )
         progress(
-            f"{len(query)} query variables; MMAP log-value (ln) = {result.log_value!r}"
+            f"{len(query)} query variables{clamped}; MMAP log-value (ln) = "
+            f"{result.log_value!r}"
         )
         pairs = [f"{v} {result.assignment[v]}" for v in query]
         return "MMAP\n" + " ".join([str(len(query)), *pairs]) + "\n"
