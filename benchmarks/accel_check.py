@@ -130,9 +130,15 @@ def main() -> int:
 
 
 def _commit() -> str:
-    """This checkout's commit ($EINSLICE_COMMIT where there is no git)."""
+    """This checkout's commit: $EINSLICE_COMMIT if set, else git's.
+
+    The variable comes first: a snapshot of the tree copied into another
+    repository (as for the TPU runs) would otherwise report that one's HEAD.
+    """
     import subprocess
 
+    if os.environ.get("EINSLICE_COMMIT"):
+        return os.environ["EINSLICE_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -144,7 +150,7 @@ def _commit() -> str:
     except (OSError, subprocess.SubprocessError):
         out = None
     found = out.stdout.strip() if out is not None and out.returncode == 0 else ""
-    return found or os.environ.get("EINSLICE_COMMIT", "commit unknown")
+    return found or "commit unknown"
 
 
 # -- measuring -------------------------------------------------------------------

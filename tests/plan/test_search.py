@@ -363,14 +363,12 @@ def test_a_cheap_network_stops_after_the_minimum_of_trials():
     assert found.trials == math.ceil(_search.MIN_TENSOR_TRIALS / 20) + 1
 
 
-def test_a_30_tensor_search_takes_well_under_a_second():
-    import time
-
+def test_a_30_tensor_search_runs_no_trial_when_its_quick_tree_is_cheap():
+    # (~0.2 s on a quiet 2-core CPU: the work is counted, not timed, as the
+    # suite never times; a tree whose run is microseconds pays no trial)
     terms, output, sizes = _network(randreg_equation(30, 3, d_min=2, d_max=4, seed=2))
-    start = time.perf_counter()
-    search_tree(terms, output, sizes, 4, 2**14)
-    # ~0.2 s on a quiet 2-core CPU; generous for cores shared with other jobs.
-    assert time.perf_counter() - start < 5
+    found = search_tree(terms, output, sizes, 4, 2**14)
+    assert found.trials == 0 and found.reference_trials == 0
 
 
 def test_optimize_still_takes_a_cotengra_optimizer():
