@@ -144,7 +144,7 @@ def check_compiled(interpret: bool, shapes=ON_TPU_SHAPES):
 def test_the_index_maps_are_int32_under_x64():
     # Mosaic refuses an index map returning an int64 (a literal 0 under x64,
     # which the tests enable): "failed to legalize operation 'func.return'".
-    assert jax.config.jax_enable_x64
+    assert jax.config.read("jax_enable_x64")
     grid = [jnp.int32(1)] * 4
     for index_map in (_pallas._lhs_block, _pallas._rhs_block, _pallas._out_block):
         jaxpr = jax.make_jaxpr(index_map)(*grid)
