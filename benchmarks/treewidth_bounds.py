@@ -33,6 +33,7 @@ from pathlib import Path
 
 from einslice.pgm import read_uai
 from einslice.pgm._uai import read_evidence
+from einslice.pgm._width import minor_min_width
 
 
 def interaction_graph(path: Path) -> tuple[dict[int, set[int]], list[int]]:
@@ -46,32 +47,6 @@ def interaction_graph(path: Path) -> tuple[dict[int, set[int]], list[int]]:
         for a in factor.scope:
             adjacency[a].update(b for b in factor.scope if b != a)
     return adjacency, list(graph.cardinalities)
-
-
-def minor_min_width(adjacency: dict[int, set[int]]) -> int:
-    """MMD+ (min-d): a lower bound on the treewidth."""
-    graph = {v: set(n) for v, n in adjacency.items()}
-    heap = [(len(n), v) for v, n in graph.items()]
-    heapq.heapify(heap)
-    bound = 0
-    while heap:
-        degree, v = heapq.heappop(heap)
-        if v not in graph or degree != len(graph[v]):
-            continue  # a stale entry
-        bound = max(bound, degree)
-        neighbours = graph.pop(v)
-        if not neighbours:
-            continue
-        u = min(neighbours, key=lambda w: len(graph[w]))
-        graph[u].discard(v)
-        for w in neighbours:
-            if w != u:
-                graph[w].discard(v)
-                graph[w].add(u)
-                graph[u].add(w)
-        for w in neighbours:
-            heapq.heappush(heap, (len(graph[w]), w))
-    return bound
 
 
 def min_degree_width(adjacency: dict[int, set[int]], seconds: float) -> int | None:
