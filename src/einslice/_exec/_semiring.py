@@ -113,72 +113,77 @@ def log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
     """Log Σ exp(x) over ``axes``: -inf for all -inf, and NaN-free derivatives.
 
     Over at most ``ONE_PASS_UP_TO`` entries (a "log" step that reduces its
-    union) in one pass (`_online_log_sum`), else shifted by the max.
+    union) in one reduction of pairs (`_pairwise_log_sum`), else shifted by
+    the max.
 
     Example:
         >>> x = jnp.array([[0.0, 0.0], [-jnp.inf, -jnp.inf]])
         >>> [round(v, 4) for v in log_sum(x, (1,)).tolist()]
         [0.6931, -inf]
     """
-    if prod(x.shape[a] for a in axes) <= ONE_PASS_UP_TO:
-        return _online_log_sum(x, axes)
+    if prod(x.shape[a] for a in axes) <= ONE_PASS_UP_TO and _one_pass_compiles(x):
+        return _pairwise_log_sum(x, axes)
     shift, _, total = _log_sum_parts(x, axes)
     return lax.log(total) + shift
 
 
-# `log_sum` over at most this many entries runs as one reduction of pairs
-# (`_online_log_sum`): the "log" steps that reduce a union (at most
-# SMALL_CONTRACTION entries each). XLA:CPU, 2026-12-07, load 5-9 on 2 cores,
-# benchmarks/log_compile.py: a 48-step lattice of binary variables compiled
-# (lowering included) in 1.7-1.8x its "sum" plan's time, against 2.0-2.4x
-# with two reductions and 2.7-3.3x before either change; Grids_12's 279-step
-# plan in 8.4 s against 11.6 and 13.6. The lattice then ran 12-16% slower
-# (0.74 ms against 0.67 with two reductions and 0.64 before, 300 calls
-# interleaved), Grids_12 no slower (2.5 ms against 2.6 and 3.1). Standalone
-# reductions over 2-16 entries of 2^18-2^20 rows ran 1.3-11x faster, over
-# 1024 entries 6x slower (two exponentials an entry).
+# `log_sum` over at most this many entries runs as one reduction whose adder
+# is logaddexp (`_pairwise_log_sum`): the "log" steps that reduce a union (at
+# most SMALL_CONTRACTION entries each). Every such step is a kernel that XLA
+# compiles, and a "log" plan of graphical models has hundreds of them
+# (issue 35: "log" plans compile within 2x their "sum" plan).
+# benchmarks/log_compile.py's lattices of binary variables (greedy paths,
+# lowering and compile, "log" over "sum"), 2026-12-07:
+#   TPU v5e, 24 / 48 steps: 2.10x / 2.09x; with the max and the shifted sum
+#     in one reduction of pairs 3.65x / 3.44x, in two reductions 4.29x /
+#     5.26x. Run time within 5% of either (2.2 / 3.6 ms).
+#   XLA:CPU (load ~1.5): 1.93x / 1.50x, against 2.16x / 1.75x and 2.0x.
+# Over more entries the shifted form is kept: logaddexp costs an exponential
+# and a log1p an entry.
 ONE_PASS_UP_TO = SMALL_CONTRACTION
 
 
-def _online_log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
-    """`log_sum` in one reduction of (max so far, sum shifted by it) pairs.
+def _one_pass_compiles(x: jax.Array) -> bool:
+    """Whether `_pairwise_log_sum` may reduce ``x`` here.
 
-    One reduction where the shifted form takes two (the max, then the sum
-    of exponentials): each is a kernel of its own that XLA compiles, in
-    every step of a "log" plan (figures at ``ONE_PASS_UP_TO``). Two
-    exponentials an entry, so only for short runs. The running max is
-    clamped to the finite range where it shifts (as in `_log_sum_parts`),
-    so an all ``-inf`` run sums to 0 and ``+inf`` stays ``+inf``.
+    Not float64 on a TPU: there float64 is emulated, and its transcendentals
+    inside a reduction's adder made XLA:TPU abort (2026-12-07, JAX 0.10.2,
+    a (6, 7) by (7, 5) "log" product under vmap); the shifted form compiled.
+    """
+    return not (x.dtype == np.float64 and jax.default_backend() == "tpu")
+
+
+def _pairwise_log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """`log_sum` as one reduction whose adder is logaddexp.
+
+    One kernel where the shifted form takes two reductions and a log (the
+    max, the sum of exponentials), and simpler than carrying (max, sum)
+    pairs through the reduction: both compile slower, on a TPU by 1.6-2.5x
+    (figures at ``ONE_PASS_UP_TO``). Equal entries add ``log 2`` exactly as
+    they should, also where both are ``±inf``; NaN stays NaN.
 
     Example:
         >>> x = jnp.array([[1.0, -jnp.inf], [-jnp.inf, -jnp.inf], [jnp.inf, 2.0]])
-        >>> _online_log_sum(x, (1,)).tolist()
+        >>> _pairwise_log_sum(x, (1,)).tolist()
         [1.0, -inf, inf]
-        >>> _online_log_sum(jnp.array([[-jnp.inf]]), (1,)).tolist()
-        [-inf]
+        >>> round(float(_pairwise_log_sum(jnp.zeros((1, 2)), (1,))[0]), 4)
+        0.6931
     """
     dtype = np.dtype(x.dtype)
-    init = (np.array(-np.inf, dtype), np.array(0, dtype))
-    top, total = lax.reduce((x, lax.full_like(x, 1)), init, _pair_adder(dtype), axes)
-    # (not clamped here: XLA may pass a run of one entry through unreduced,
-    # whose sum is 1 also where it is -inf; the max itself makes that -inf)
-    return lax.log(total) + top
+    return lax.reduce(x, np.array(-np.inf, dtype), _log_adder(dtype), axes)
 
 
 @cache
-def _pair_adder(dtype: np.dtype):
-    """The reduction's adder of two (max, shifted sum) pairs of ``dtype``.
+def _log_adder(dtype: np.dtype):
+    """The reduction's adder: logaddexp of two entries of ``dtype``.
 
     One function per dtype, so that JAX traces it once, not in every step.
     """
-    finfo = jnp.finfo(dtype)
-    low, high = np.array(finfo.min, dtype), np.array(finfo.max, dtype)
+    zero = np.array(0, dtype)
 
     def add(a, b):
-        (max_a, sum_a), (max_b, sum_b) = a, b
-        both = lax.max(max_a, max_b)
-        shift = lax.clamp(low, both, high)
-        return both, sum_a * lax.exp(max_a - shift) + sum_b * lax.exp(max_b - shift)
+        gap = lax.select(a == b, lax.full_like(a, zero), -lax.abs(a - b))
+        return lax.max(a, b) + lax.log1p(lax.exp(gap))
 
     return add
 
@@ -221,20 +226,26 @@ def annihilating_add(left: jax.Array, right: jax.Array) -> jax.Array:
     """``left + right``, but -inf (the log and max zero) where either is -inf.
 
     The semiring's zero annihilates: an empty sum (-inf) times +inf is the
-    zero, not the NaN that ``inf + -inf`` gives. (XLA fuses the select.)
+    zero, not the NaN that ``inf + -inf`` gives; NaN stays NaN. The test is
+    on the smaller side (``min(left, right) == -inf``), not on each side:
+    XLA hoists a comparison of one side out of its broadcast into a kernel
+    of its own, on the TPU in every "log" step (2026-12-07, v5e: a 24-step
+    lattice's program held 68 kernels with the two tests, 22 without).
 
     Example:
         >>> annihilating_add(jnp.array([jnp.inf, 1.0]), jnp.array(-jnp.inf)).tolist()
         [-inf, -inf]
+        >>> annihilating_add(jnp.array([jnp.nan]), jnp.array([-jnp.inf])).tolist()
+        [nan]
     """
     total = left + right
     if not jnp.issubdtype(total.dtype, jnp.floating):
         return total
-    zero = lax.full_like(total, -jnp.inf)
-    either = (left == -jnp.inf) | (right == -jnp.inf)
-    if either.shape != total.shape:  # (a scalar beside an array)
-        either = jnp.broadcast_to(either, total.shape)
-    return lax.select(either, zero, total)
+    if np.shape(left) != total.shape or np.shape(right) != total.shape:
+        left, right = jnp.broadcast_arrays(left, right)  # (a scalar beside an array)
+    low = lax.min(left.astype(total.dtype), right.astype(total.dtype))
+    # (the zero as a constant: no derivative flows through the min)
+    return lax.select(low == -jnp.inf, lax.full_like(total, -jnp.inf), total)
 
 
 def pair(

@@ -537,8 +537,12 @@ TPU_DEFAULT = Profile(
     # there: the gradient's compile, taken as 5x the forward's a step (the
     # CPU's ratio on the same lattices, 3-5x) and tuning's candidates (0.6 s:
     # the single-digit-step compiles above). The "log" figures predate the
-    # one-reduction union steps (CPU: 30-40% less compile on lattices);
-    # benchmarks/log_compile.py prints the seconds a step to replace them.
+    # union steps' logaddexp reduction (_exec/_semiring.ONE_PASS_UP_TO): with
+    # it the same lattices' "log" plans take 0.66 and 1.12 s, lowering
+    # included (0.023-0.028 s a step, 2.1x the "sum" plans'). The figure
+    # stays at 0.06 until a many-step plan's end-to-end run on the chip is
+    # measured with a lower one (Grids_15's 177-step plan, walked on the host
+    # at 0.06, did not finish compiling there in 214 s before).
     # Host copies: 5.0 GB/s to the chip, 0.91 GB/s back (16M float32
     # entries), ~5 ms a round trip for a tiny one; the slower way is the figure.
     compile_seconds=0.2,
