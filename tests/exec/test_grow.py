@@ -199,6 +199,35 @@ def test_a_plan_estimated_faster_but_timed_slower_is_not_taken(early, monkeypatc
     assert [len(g.timed) for g in runner.growths] == [2, 0]
 
 
+def test_a_tree_found_again_by_another_search_is_not_compiled_or_timed_again(
+    early, monkeypatch
+):
+    # plans of one tree from different requests (another budget's search)
+    # are unequal (their derivative's source holds the request) but run the
+    # same program: neither the held tree nor one timed before is timed again
+    args, ops = _ring()
+    p = einslice.plan(*args)
+    cheaper = _cheaper(p, args)
+    again = dataclasses.replace(cheaper, derivative=p.derivative)
+    held_again = einslice.plan(*args, optimize=list(p.path))
+    assert again != cheaper and held_again != p
+    assert _grow.program_key(again) == _grow.program_key(cheaper)
+    assert _grow.program_key(held_again) == _grow.program_key(p)
+    found = iter([(cheaper, None), (again, held_again), (held_again, again)])
+    monkeypatch.setattr(_grow, "grown_plans", lambda *a: next(found))
+    monkeypatch.setattr(_grow, "timed_call", _timings({p: 1.0, cheaper: 1.5}))
+    monkeypatch.setattr(_grow, "compile_seconds", lambda plan: 0.0)
+    monkeypatch.setattr(_grow, "GROW_PATIENT_TRIALS", 0)  # any budget counts
+    monkeypatch.setattr(_grow, "GROW_FRUITLESS", 3)
+    runner = _run._top_level_run(p)
+    _calls(p, ops, lambda: runner.steady, most=12 * _grow.PLAN_RUNS)
+    assert einslice.running_plan(p) is p
+    # the first growth timed (and compiled) the held plan and the new one;
+    # the next two found only those programs again: nothing compiled, no trial
+    assert [len(g.timed) for g in runner.growths] == [2, 0, 0]
+    assert [len(g.compiled) for g in runner.growths] == [2, 0, 0]
+
+
 def test_a_gain_within_the_noise_is_not_taken_and_growth_stops(early, monkeypatch):
     # each growth finds a new plan that times 3% faster: below GROW_MIN_GAIN
     args, ops = _ring()
@@ -236,6 +265,7 @@ def test_growth_runs_the_real_search_and_ends_steady(early, monkeypatch):
         return search_tree(*a, **k)
 
     monkeypatch.setattr(_planner, "search_tree", recording)
+    monkeypatch.setattr(_grow, "SEARCH_APART", False)  # (here, so that it is seen)
     monkeypatch.setattr(_grow, "GROW_PATIENT_TRIALS", 0)  # any budget counts
     runner = _run._top_level_run(p)
     _calls(p, ops, lambda: runner.steady, most=8 * _grow.PLAN_RUNS)

@@ -28,8 +28,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 
-from .._errors import MemoryLimitError
-from .._plan._planner import make_plan, runner_up_request
+from .._plan import _planner
 from .._plan._request import PlanRequest
 from .._plan._search import (
     PLAN_RUNS,
@@ -39,6 +38,7 @@ from .._plan._search import (
     least_search_cost,
 )
 from .._plan._types import Plan
+from . import _apart
 from ._executors import compile_seconds
 from ._semiring import Config
 
@@ -98,6 +98,11 @@ GROW_TIMED_CALLS = 5
 # that, but a margin much below 5% would be luck.
 # The compile is spent by then (the timing compiled it): any real gain pays.
 GROW_MIN_GAIN = 0.05
+# Growth searches in a child process (``_apart``), not on the background
+# thread: there a search held the GIL the calls need (lattice-8x8's 2.9 ms
+# call took 14.7 ms while one ran). False: in this process (tests that watch
+# the search from inside).
+SEARCH_APART = True
 _OFF = ("0", "false", "no", "off")
 
 
@@ -142,31 +147,28 @@ def grown_plans(
     The search may cost ``budget`` (the cost model's seconds): the same
     request (limit, semiring, dtype, profile, devices) with
     ``optimize=TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=...)``,
-    seed 0 as ``"auto"``'s: reproducible, and cached in memory and on disk as
-    any search (the budget is part of the key). The runner-up is the tree
-    the search ranked second, sliced again for the limit
-    (`_planner.runner_up_request`).
+    seed 0 as ``"auto"``'s: reproducible, and cached on disk as any search
+    (the budget is part of the key). The runner-up is the tree the search
+    ranked second, sliced again for the limit (`_planner.grown_plans`). In a
+    child process (`SEARCH_APART`, ``_apart``): on this process's background
+    thread the search would hold the GIL the calls need.
     """
     search = TreeSearch(trials=GROW_MAX_TRIALS, runs=calls, budget=budget)
-    grown = dataclasses.replace(request, optimize=search)
-    other = runner_up_request(grown)
-    try:
-        second = None if other is None else make_plan(other)
-    except MemoryLimitError:  # (its slicing at the limit may not fit)
-        second = None
-    return make_plan(grown), second
+    if SEARCH_APART and _apart.available():
+        return _apart.grown_plans_apart(request, search)
+    return _planner.grown_plans(request, search)
 
 
 def contenders(
-    held: Plan, found: Sequence[Plan | None], spent: float, tried: set[Plan]
+    held: Plan, found: Sequence[Plan | None], spent: float, tried: set[tuple]
 ) -> list[Plan]:
     """The plans of ``found`` worth compiling and timing beside ``held``.
 
-    Each distinct one that differs from ``held`` and from every plan timed
-    before (``tried``: a plan is timed once), fits ``held``'s memory limit,
-    is estimated within `GROW_TIME_WITHIN` of the best estimate (``held``'s
-    included), and whose estimated compile is at most
-    `GROW_MEASURED_PER_ESTIMATED` times ``spent``.
+    Each whose program differs from ``held``'s, from the others' and from
+    every plan timed before (``tried``: their `program_key`; a program is
+    timed once), fits ``held``'s memory limit, is estimated within
+    `GROW_TIME_WITHIN` of the best estimate (``held``'s included), and whose
+    estimated compile is at most `GROW_MEASURED_PER_ESTIMATED` times ``spent``.
 
     Example:
         >>> import einslice
@@ -175,16 +177,41 @@ def contenders(
         []
     """
     best = min(p.cost.time for p in (held, *found) if p is not None)
-    return [
-        p
-        for p in dict.fromkeys(found)  # (distinct, in order)
-        if p is not None
-        and p != held
-        and p not in tried
-        and p.peak_bytes <= held.memory_limit
-        and p.cost.time <= GROW_TIME_WITHIN * best
-        and compile_seconds(p) <= GROW_MEASURED_PER_ESTIMATED * spent
-    ]
+    seen = {program_key(held), *tried}
+    chosen = []
+    for p in found:
+        if p is None or program_key(p) in seen:
+            continue
+        seen.add(program_key(p))
+        if (
+            p.peak_bytes <= held.memory_limit
+            and p.cost.time <= GROW_TIME_WITHIN * best
+            and compile_seconds(p) <= GROW_MEASURED_PER_ESTIMATED * spent
+        ):
+            chosen.append(p)
+    return chosen
+
+
+def program_key(p: Plan) -> tuple:
+    """What ``p``'s calls run: its fields but the source of its derivative.
+
+    Two plans of one tree from different requests (the held plan's
+    ``optimize="auto"``, growths' searches of other budgets) differ only
+    there (``_planner.Deferred`` holds the request), so they are unequal: a
+    growth that found the held tree again, or the one timed by the growth
+    before, compiled and timed it again (lattice-8x8: 3 s of compile each).
+
+    Example:
+        >>> import einslice
+        >>> p = einslice.plan("ij,jk->ik", (2, 3), (3, 4))
+        >>> q = einslice.plan("ij,jk->ik", (2, 3), (3, 4), optimize=[(0, 1)])
+        >>> program_key(p) == program_key(q)
+        True
+    """
+    fields = dataclasses.fields(p)
+    return tuple(
+        getattr(p, f.name) for f in fields if f.compare and f.name != "derivative"
+    )
 
 
 def trial_cost(p: Plan) -> float:

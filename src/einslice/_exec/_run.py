@@ -263,7 +263,7 @@ class _TopLevelRun:
         self.grow_at = None if call is None else (call - 0.5) * p.cost.time
         self.growths: list[Growth] = []
         self.fruitless = 0
-        self.tried: set[Plan] = set()  # the plans timed (each is timed once)
+        self.tried: set[tuple] = set()  # the programs timed (`_grow.program_key`)
         self.busy = threading.Lock()  # held while background work is queued or runs
         self._deciding = threading.Lock()
 
@@ -437,7 +437,7 @@ class _TopLevelRun:
             if trial is None or self.stage is not stage:  # (decided already)
                 return
             k = trial.choice()
-            self.tried.update(trial.plans[1:])
+            self.tried.update(map(_grow.program_key, trial.plans[1:]))
             growth = dataclasses.replace(
                 trial.growth,
                 switched=k > 0,

@@ -190,6 +190,30 @@ def runner_up_request(request: PlanRequest) -> PlanRequest | None:
     return None if other is None else replace(request, tree=other)
 
 
+def grown_plans(request: PlanRequest, search: TreeSearch) -> tuple[Plan, Plan | None]:
+    """The plans of ``request`` searched by ``search``, and of its runner-up tree.
+
+    The same request (limit, semiring, dtype, profile, devices) with
+    ``optimize=search``; the runner-up is the tree that search ranked second,
+    sliced again for the limit (`runner_up_request`; None when there is none
+    or its slicing does not fit). What a plan that grows with use searches
+    (``_exec._grow.grown_plans``, in a child process: pure Python).
+
+    Example:
+        >>> from einslice._plan._equation import build_equation, parse_subscripts
+        >>> eq = build_equation(parse_subscripts("ij,jk->ik", 2), ((4, 5), (5, 6)))
+        >>> grown_plans(PlanRequest(eq, 4, "float32", 2**20), TreeSearch())[0].flops
+        240
+    """
+    grown = replace(request, optimize=search)
+    other = runner_up_request(grown)
+    try:
+        second = None if other is None else make_plan(other)
+    except MemoryLimitError:  # (its slicing at the limit may not fit)
+        second = None
+    return make_plan(grown), second
+
+
 def grown_request(plan: Plan) -> PlanRequest | None:
     """The request ``plan`` was made from, if its tree may grow (`growable`)."""
     entry = _GROWABLE.get(id(plan))
