@@ -5,7 +5,8 @@ each result; none of its calls may wait for work it did not ask for (a
 growth search, the timing of a grown plan, the optimized recompile: issue
 36, point 2). This script builds a network with ``einsum-benchmark``'s
 generators (default: a random regular graph of 50 nodes, degree 4, bond 2,
-seed 0: a call of about half a millisecond on 2 cores), plans it under
+seed 0: a call of about half a millisecond on 2 cores; or one of
+``benchmarks/networks.py``'s by name, lattice-8x8-d4, say), plans it under
 ``optimize="auto"``, and calls the plan for ``--seconds`` in a loop, timing
 each call to its result (``block_until_ready``). Each setting runs in a
 fresh process with an empty tree cache (``EINSLICE_CACHE_DIR`` in a
@@ -20,7 +21,7 @@ growth off's plus 50 ms.
 
 Usage:
     python benchmarks/latency.py [--seconds 60] [--rounds 1]
-        [--network randreg-50-4] [--out benchmarks/results/latency.md]
+        [--network randreg-50-4|lattice-8x8-d4|...] [--out FILE]
     python benchmarks/latency.py --save net.json   # on a machine with the generators
     python benchmarks/latency.py --load net.json   # on one without them
 """
@@ -68,6 +69,8 @@ def _network(name: str):
         )
         return nw.with_arrays(network)
 
+    if name not in NETWORKS:  # (one of benchmarks/networks.py's, by name)
+        return nw.with_arrays(next(n for n in nw.networks() if n.name == name))
     # Any: some generators are defined as raisers when an extra is missing
     gen: Any = importlib.import_module("einsum_benchmark.generators")
     n, degree, lo, hi, seed = NETWORKS[name]
@@ -194,7 +197,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--network", default="randreg-50-4", choices=NETWORKS)
+    parser.add_argument(
+        "--network",
+        default="randreg-50-4",
+        help=f"{', '.join(NETWORKS)} or a name in benchmarks/networks.py "
+        "(lattice-8x8-d4, randreg-50-d4-6, ...)",
+    )
     parser.add_argument("--only", choices=("on", "off"))
     parser.add_argument("--out", type=Path)
     parser.add_argument("--save", type=Path, help="write the network as JSON, exit")

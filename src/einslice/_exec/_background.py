@@ -2,7 +2,8 @@
 
 A top-level runner (``_run._TopLevelRun``) hands this thread what no call
 asked for: compiling the program that replaces the host walk, the optimized
-recompile, growth searches and the compiles of the plans they found. Calls
+recompile, growth searches (run in a child process that the thread waits
+for: ``_apart``) and the compiles of the plans they found. Calls
 go on meanwhile with what the runner holds; the runner swaps in the result
 between two calls.
 

@@ -207,8 +207,9 @@ class _TopLevelRun:
     plan is not cheap).
 
     **No call waits for work it did not ask for.** The compile that ends the
-    host walk, the optimized recompile and growth (searches, compiles) run
-    on the background thread (``_background``), on the operands of the call
+    host walk, the optimized recompile and growth (searches, in a child
+    process: ``_apart``; compiles) run on the background thread
+    (``_background``), on the operands of the call
     that found them due; meanwhile calls run what the runner holds (the host
     walk, the compile-time program, the held plan), and the runner swaps in
     the result whole (a `_Stage`) between two calls. Only calls that ask for
@@ -229,7 +230,7 @@ class _TopLevelRun:
     trials may cost half of ``spent`` and cotengra's reference as much
     (`grown_plans`), so all of them cost at most twice the estimated run time
     of the calls made so far. The plans it finds that are worth timing
-    (`_grow.contenders`: not timed before) are compiled in the background
+    (`_grow.contenders`: programs not timed before) are compiled in the background
     with the held plan's optimized program, then timed on the next calls
     (`_grow.Trial`: one call per plan in turn, `GROW_TIMED_CALLS` rounds
     after one to warm up); the runner takes the fastest when it is
