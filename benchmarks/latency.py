@@ -51,6 +51,9 @@ NETWORKS = {
 }
 # How many of the slowest calls a run reports, with their index.
 SLOWEST = 8
+# The last seconds of a run whose calls' median is reported apart (the warm
+# call once growth has settled, or what growth still costs then).
+TAIL = 10.0
 
 
 def _network(name: str):
@@ -92,16 +95,19 @@ def child(name: str, seconds: float) -> dict:
     plan = einslice.plan(*nw.interleaved(network, ops))
     planning = time.perf_counter() - start
     runner = _run._top_level_run(plan)
-    times = []
+    times, stamps = [], []
     end = time.perf_counter() + seconds
     while True:
         start = time.perf_counter()
         plan(*ops).block_until_ready()
         now = time.perf_counter()
         times.append(now - start)
+        stamps.append(now)
         if now > end:
             break
     first, later = times[0], np.asarray(times[1:])
+    # the calls of the last TAIL seconds: where growth has settled, if it has
+    tail = [t for t, at in zip(times, stamps, strict=True) if at > end - TAIL]
     slowest = np.argsort(later)[::-1][:SLOWEST]
     settle = getattr(_run, "settle", None)
     if settle is not None:  # (growth's pending background work, if any)
@@ -111,6 +117,7 @@ def child(name: str, seconds: float) -> dict:
         "first": first,
         "calls": len(times),
         "median": float(np.median(later)),
+        "tail": float(np.median(tail)),
         "p99": float(np.quantile(later, 0.99)),
         "p999": float(np.quantile(later, 0.999)),
         "max": float(later.max()),
@@ -163,9 +170,10 @@ def report(name, seconds, runs, command) -> str:
         "- each run: a fresh process, an empty tree cache; every call timed to "
         "its result; the first call (host walk or compile) apart",
         "",
-        "| growth | load | calls | first ms | median ms | p99 ms | p99.9 ms "
-        "| max ms | slowest calls (index: ms) | growths (call: s, switched) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| growth | load | calls | first ms | median ms | last 10 s median ms "
+        "| p99 ms | p99.9 ms | max ms | slowest calls (index: ms) "
+        "| growths (call: s, switched) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for grow, r in runs:
         slow = ", ".join(f"{k}: {_ms(t)}" for k, t in r["slowest"][:4])
@@ -175,7 +183,8 @@ def report(name, seconds, runs, command) -> str:
         )
         lines.append(
             f"| {'on' if grow else 'off'} | {r['load']:.2f} | {r['calls']} "
-            f"| {_ms(r['first'])} | {_ms(r['median'])} | {_ms(r['p99'])} "
+            f"| {_ms(r['first'])} | {_ms(r['median'])} | {_ms(r.get('tail', np.nan))} "
+            f"| {_ms(r['p99'])} "
             f"| {_ms(r['p999'])} | {_ms(r['max'])} | {slow} | {growths or '-'} |"
         )
     on = [r for g, r in runs if g]

@@ -228,6 +228,45 @@ def test_a_tree_found_again_by_another_search_is_not_compiled_or_timed_again(
     assert [len(g.compiled) for g in runner.growths] == [2, 0, 0]
 
 
+def test_a_candidate_timed_far_slower_is_dropped_from_its_trial(monkeypatch):
+    # the trial's decision logic alone: plans are labels, programs return them
+    seconds = {"held": 1.0, "slow": 3.0, "fast": 0.5}
+    ran = []
+
+    def timed(program, plan, config, args):
+        ran.append(plan)
+        return plan, seconds[plan]
+
+    monkeypatch.setattr(_grow, "timed_call", timed)
+    plans = ("held", "slow", "fast")
+    trial = _grow.Trial(plans, plans, None, None, 0.0)  # type: ignore[arg-type]
+    while not trial.complete:
+        trial.call(())
+        assert len(ran) < 100
+    assert trial.dropped == {1}
+    # "slow" ran once to warm up and GROW_DROP_AFTER times timed, no more
+    assert ran.count("slow") == 1 + _grow.GROW_DROP_AFTER
+    assert len(trial.times[1]) == _grow.GROW_DROP_AFTER
+    assert min(len(trial.times[0]), len(trial.times[2])) >= _grow.GROW_TIMED_CALLS
+    assert trial.choice() == 2  # the fastest kept, timed 2x faster than held
+    seconds["fast"] = 0.99  # (a hair faster: the held plan stays)
+    trial = _grow.Trial(plans, plans, None, None, 0.0)  # type: ignore[arg-type]
+    while not trial.complete:
+        trial.call(())
+    assert trial.dropped == {1} and trial.choice() == 0
+
+
+def test_a_candidate_within_the_drop_margin_is_timed_to_the_end(monkeypatch):
+    monkeypatch.setattr(_grow, "timed_call", lambda p, plan, c, a: (plan, plan))
+    plans = (1.0, 1.4)  # (its own seconds: 1.4x the held's, under GROW_DROP_SLOWER)
+    assert 1.4 < _grow.GROW_DROP_SLOWER
+    trial = _grow.Trial(plans, plans, None, None, 0.0)  # type: ignore[arg-type]
+    while not trial.complete:
+        trial.call(())
+    assert trial.dropped == set() and len(trial.times[1]) >= _grow.GROW_TIMED_CALLS
+    assert trial.choice() == 0
+
+
 def test_a_gain_within_the_noise_is_not_taken_and_growth_stops(early, monkeypatch):
     # each growth finds a new plan that times 3% faster: below GROW_MIN_GAIN
     args, ops = _ring()

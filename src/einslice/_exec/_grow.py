@@ -87,6 +87,16 @@ GROW_TIME_WITHIN = 2.0
 # call path) and then this many calls, interleaved one call per program per
 # round; the median is kept.
 GROW_TIMED_CALLS = 5
+# A candidate whose median over its first GROW_DROP_AFTER timed calls is
+# more than GROW_DROP_SLOWER times the held plan's median so far is dropped
+# from its trial: its later turns run the held plan, so that a candidate the
+# model misjudged (estimated within `GROW_TIME_WITHIN`, so up to twice as
+# slow) slows three of the user's calls (warm-up and two), not six. 1.5: far
+# above the trial's noise (the held plan's median moved 35% between trials,
+# see `GROW_MIN_GAIN`, but interleaved calls move together), and a plan that
+# slow could not be taken anyway.
+GROW_DROP_AFTER = 2
+GROW_DROP_SLOWER = 1.5
 # The runner takes a timed plan only when its median is at least this
 # fraction below the held plan's: a hair's win is noise, which would switch
 # trees (changing the rounding) and restart growth for nothing. On a
@@ -310,7 +320,9 @@ class Trial:
     for its result (`timed_call`). Timing on the user's own calls costs no
     run the user did not ask for: a background thread timing copies would
     take a core from the calls on a machine of two. A trial's calls give the
-    user the result of whichever plan ran (equal up to rounding).
+    user the result of whichever plan ran (equal up to rounding). A
+    candidate timed far slower than the held plan is dropped (its turns run
+    the held plan: `GROW_DROP_SLOWER`).
 
     Attributes:
         plans: the held plan, then the contenders.
@@ -320,6 +332,7 @@ class Trial:
         growth: the `Growth` so far (search, budget, compiles): the runner
             completes it with the timings and its `choice`.
         spent: the runner's ``spent`` when the growth started.
+        dropped: the indices of the candidates dropped.
     """
 
     def __init__(
@@ -336,31 +349,50 @@ class Trial:
         self.growth = growth
         self.spent = spent
         self.times: list[list[float]] = [[] for _ in self.plans]
+        self.dropped: set[int] = set()  # candidates timed too slow to go on
         self._turns = itertools.count()  # (next() is atomic in CPython)
 
     def call(self, args: tuple):
-        """Run the next plan in turn on ``args``; its result."""
+        """Run the next plan in turn (the held for a dropped one) on ``args``."""
         turn = next(self._turns)
         k = turn % len(self.plans)
+        if k in self.dropped:
+            k = 0
         out, seconds = timed_call(self.programs[k], self.plans[k], self.config, args)
         if turn >= len(self.plans):  # (the first round warms the programs up)
             self.times[k].append(seconds)  # (list.append is atomic)
+            if k and self._too_slow(k):
+                self.dropped.add(k)  # (set.add is atomic)
         return out
+
+    def _too_slow(self, k: int) -> bool:
+        """Whether candidate ``k`` has timed `GROW_DROP_SLOWER` slower than the held."""
+        mine, held = self.times[k], self.times[0]
+        return (
+            len(mine) >= GROW_DROP_AFTER
+            and len(held) > 0
+            and statistics.median(mine) > GROW_DROP_SLOWER * statistics.median(held)
+        )
 
     @property
     def complete(self) -> bool:
-        """Whether every plan has `GROW_TIMED_CALLS` timed calls."""
-        return all(len(t) >= GROW_TIMED_CALLS for t in self.times)
+        """Whether every plan not dropped has `GROW_TIMED_CALLS` timed calls."""
+        return all(
+            len(t) >= GROW_TIMED_CALLS
+            for k, t in enumerate(self.times)
+            if k not in self.dropped
+        )
 
     def medians(self) -> tuple[float, ...]:
         """Each plan's median call, in seconds (held plan first)."""
         return tuple(statistics.median(t) for t in self.times)
 
     def choice(self) -> int:
-        """The plan to hold: the fastest when `GROW_MIN_GAIN` faster, else 0.
+        """The plan to hold: the fastest kept when `GROW_MIN_GAIN` faster, else 0.
 
         The compiles are spent by now, so no saving has to pay for them.
         """
         medians = self.medians()
-        fastest = min(range(len(medians)), key=medians.__getitem__)
+        kept = [k for k in range(len(medians)) if k not in self.dropped]
+        fastest = min(kept, key=medians.__getitem__)
         return fastest if medians[fastest] <= (1 - GROW_MIN_GAIN) * medians[0] else 0
