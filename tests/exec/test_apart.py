@@ -88,3 +88,13 @@ def test_a_wait_stopped_at_exit_kills_the_child(monkeypatch):
     with pytest.raises(Stop):
         _apart.grown_plans_apart(_request(), TreeSearch(trials=2))
     assert len(started) == 1 and started[0].returncode is not None
+
+
+def test_a_frozen_application_searches_in_this_process(monkeypatch):
+    # its executable is the application, not an interpreter to run -c with
+    monkeypatch.setattr(_apart.sys, "frozen", True, raising=False)
+    assert not _apart.available()
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    plan, _ = _grow.grown_plans(_request(), 1e-4, 100)
+    assert plan.path and started == []

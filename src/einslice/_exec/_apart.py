@@ -80,8 +80,12 @@ def grown_plans_apart(
         RuntimeError: the child failed (its last line of stderr says why).
     """
     data = pickle.dumps((request, search))
+    # (this process's import path: the child finds what the parent would,
+    # cotengra's reference among it)
+    path = os.pathsep.join(p for p in sys.path if p)
     with subprocess.Popen(
         [sys.executable, "-c", _CHILD, _PACKAGE],
+        env=dict(os.environ, PYTHONPATH=path),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -108,10 +112,16 @@ def grown_plans_apart(
 
 
 def available() -> bool:
-    """Whether this interpreter can start a child interpreter (not embedded).
+    """Whether ``sys.executable`` is an interpreter to start a child with.
+
+    Not in a frozen application (PyInstaller and the like: it would start
+    the application again), nor where there is none (embedded): growth then
+    searches in this process (``_grow.grown_plans``).
 
     Example:
         >>> available() == bool(sys.executable and os.path.exists(sys.executable))
         True
     """
+    if getattr(sys, "frozen", False):
+        return False
     return bool(sys.executable) and os.path.exists(sys.executable)
