@@ -44,7 +44,6 @@ def _reference(ops) -> float:
 def early(monkeypatch):
     """Growth from the PLAN_RUNS-th call on, for any plan: fresh runners."""
     monkeypatch.setattr(_grow, "least_search_cost", lambda n_terms: 0.0)
-    monkeypatch.setattr(_grow, "SEARCH_START_SECONDS", 0.0)
     monkeypatch.delenv("EINSLICE_GROW", raising=False)
     _run._top_level_run.cache_clear()
     yield
@@ -453,14 +452,3 @@ def test_with_the_background_off_the_call_that_finds_growth_due_runs_it(
     while runner.stage.trial is not None:
         np.testing.assert_allclose(float(p(*ops)), expected, rtol=1e-12)
     assert einslice.running_plan(p) is cheaper
-
-
-def test_the_first_growth_affords_the_search_process_start(monkeypatch):
-    p = einslice.plan("ij,jk,kl->il", (8, 8), (8, 8), (8, 8))
-    monkeypatch.setattr(_grow, "least_search_cost", lambda n_terms: 0.0)
-    monkeypatch.setattr(_grow, "SEARCH_START_SECONDS", 0.0)
-    assert _grow.first_growth_call(p) == _grow.PLAN_RUNS
-    monkeypatch.setattr(_grow, "SEARCH_START_SECONDS", 1000 * p.cost.time)
-    assert _grow.first_growth_call(p) == 2000  # budget c // 2 runs
-    monkeypatch.setattr(_grow, "SEARCH_APART", False)  # a search in this process
-    assert _grow.first_growth_call(p) == _grow.PLAN_RUNS

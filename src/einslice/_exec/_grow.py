@@ -113,14 +113,6 @@ GROW_MIN_GAIN = 0.05
 # call took 14.7 ms while one ran). False: in this process (tests that watch
 # the search from inside).
 SEARCH_APART = True
-# What starting that process costs (an interpreter, the planner, cotengra
-# and kahypar: 0.4-0.5 s of CPU on an idle 2-core EPYC, ~1 s under load),
-# which the calls pay on a machine of few cores: the first growth waits
-# until its budget affords it too. Without it, growth started within a
-# plan's first 100 calls and taxed them (benchmarks/networks.py --quick,
-# 2026-12-07, quiet: mera-p-first-last's 100 calls 5.27 s with growth on
-# against 3.18 s off, random-hyper-50's 8.81 against 4.97 s).
-SEARCH_START_SECONDS = 0.5
 _OFF = ("0", "false", "no", "off")
 
 
@@ -143,9 +135,8 @@ def first_growth_call(p: Plan) -> int | None:
 
     The first call `c` >= `PLAN_RUNS` (the runs the first search assumed)
     at which a growth search's budget, ``c // 2`` runs of ``p``'s estimated
-    time, affords the search's minimum trials (`_search.least_search_cost`)
-    and the start of the process it runs in (`SEARCH_START_SECONDS`); None
-    past `GROW_LAST_CALL`.
+    time, affords the search's minimum trials (`_search.least_search_cost`);
+    None past `GROW_LAST_CALL`.
 
     Example:
         >>> import einslice
@@ -153,8 +144,6 @@ def first_growth_call(p: Plan) -> int | None:
         True
     """
     least = least_search_cost(len(p.prepared))
-    if SEARCH_APART:
-        least += SEARCH_START_SECONDS
     time_ = max(p.cost.time, 1e-12)
     call = max(PLAN_RUNS, 2 * math.ceil(least / time_))
     return call if call <= GROW_LAST_CALL else None
