@@ -475,12 +475,20 @@ def timed(
 
 
 def _forget_trees() -> None:
-    """Empty einslice's plan and tree caches, in memory and on disk."""
+    """Empty einslice's plan and tree caches, in memory and on disk, and JAX's.
+
+    JAX's too (``jax.clear_caches``): else the second einslice run of a
+    network (growth off, after growth on) found the first one's programs
+    compiled, and its early calls came out faster than a fresh process's.
+    """
+    import jax
+
     from einslice import _api
     from einslice._exec import _run
     from einslice._plan import _cost, _equation, _order, _planner, _search
 
     os.environ["EINSLICE_CACHE_DIR"] = tempfile.mkdtemp(prefix="einslice-networks-")
+    jax.clear_caches()
     for module in (_api, _planner, _search, _order, _cost, _equation, _run):
         for name in dir(module):
             clear = getattr(getattr(module, name), "cache_clear", None)
