@@ -113,8 +113,8 @@ def log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
     """Log Σ exp(x) over ``axes``: -inf for all -inf, and NaN-free derivatives.
 
     Over at most ``ONE_PASS_UP_TO`` entries (a "log" step that reduces its
-    union) in one reduction of pairs (`_pairwise_log_sum`), else shifted by
-    the max.
+    union) in one reduction with a logaddexp adder (`_pairwise_log_sum`),
+    else shifted by the max.
 
     Example:
         >>> x = jnp.array([[0.0, 0.0], [-jnp.inf, -jnp.inf]])
