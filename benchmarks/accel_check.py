@@ -337,13 +337,16 @@ def grids(check: Check) -> None:
     )
 
 
-def _compile_seconds(subscripts_args, semiring: str, grad: bool = False):
-    """Seconds to lower and compile a lattice plan's program, and its steps."""
+def lattice_program(lattice, semiring: str, grad: bool = False):
+    """A lattice plan's jitted program (value, or gradient), its input, its steps.
+
+    The program the compile target times (``log_compile.py`` times it too).
+    """
     import jax
     import numpy as np
 
     einslice = import_einslice()
-    terms, arrays = subscripts_args
+    terms, arrays = lattice
     xs = [np.log(a) if semiring != "sum" else a for a in arrays]
     spec = [v for pair in zip([x.shape for x in xs], terms, strict=True) for v in pair]
     p = einslice.plan(*spec, [], optimize="greedy", semiring=semiring, gradient=grad)
@@ -351,10 +354,18 @@ def _compile_seconds(subscripts_args, semiring: str, grad: bool = False):
     def value(ops):
         return p(*ops)
 
+    return jax.jit(jax.grad(value) if grad else value), xs, len(p.steps)
+
+
+def _compile_seconds(lattice, semiring: str, grad: bool = False):
+    """Seconds to lower and compile a lattice plan's program, and its steps."""
+    import jax
+
+    program, xs, steps = lattice_program(lattice, semiring, grad)
     jax.clear_caches()
     begin = time.perf_counter()
-    jax.jit(jax.grad(value) if grad else value).lower(xs).compile()
-    return time.perf_counter() - begin, len(p.steps)
+    program.lower(xs).compile()
+    return time.perf_counter() - begin, steps
 
 
 def _lattice(side: int):

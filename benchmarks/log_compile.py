@@ -33,7 +33,7 @@ from functools import partial
 from math import prod
 
 from _common import import_einslice
-from accel_check import _lattice
+from accel_check import _lattice, lattice_program
 
 
 def _before_rules():
@@ -119,29 +119,12 @@ def _lowering(name: str):
         S.RULES["log"], S.ONE_PASS_UP_TO = saved, small
 
 
-def _program(lattice, semiring: str, grad: bool = False):
-    """The jitted program ``accel_check._compile_seconds`` compiles, and its input."""
-    import jax
-    import numpy as np
-
-    einslice = import_einslice()
-    terms, arrays = lattice
-    xs = [np.log(a) if semiring != "sum" else a for a in arrays]
-    spec = [v for pair in zip([x.shape for x in xs], terms, strict=True) for v in pair]
-    p = einslice.plan(*spec, [], optimize="greedy", semiring=semiring, gradient=grad)
-
-    def value(ops):
-        return p(*ops)
-
-    return jax.jit(jax.grad(value) if grad else value), xs, len(p.steps)
-
-
 def _compile(lattice, semiring: str, lowering: str, grad: bool = False):
     """(lower seconds, compile seconds, the compiled program, its input, steps)."""
     import jax
 
     with _lowering(lowering):
-        fn, xs, steps = _program(lattice, semiring, grad)
+        fn, xs, steps = lattice_program(lattice, semiring, grad)
         jax.clear_caches()
         begin = time.perf_counter()
         lowered = fn.lower(xs)
