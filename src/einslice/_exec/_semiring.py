@@ -134,8 +134,9 @@ def log_sum(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
 # (issue 35: "log" plans compile within 2x their "sum" plan).
 # benchmarks/log_compile.py's lattices of binary variables (greedy paths,
 # lowering and compile, "log" over "sum"), 2026-12-07:
-#   TPU v5e, 24 / 48 steps: 2.10x / 2.09x; with the max and the shifted sum
-#     in one reduction of pairs 3.65x / 3.44x, in two reductions 4.29x /
+#   TPU v5e, 24 / 48 steps: 2.10x / 2.09x (2.42x / 1.80x since the union
+#     reduces a major axis, `_union_reduce`); with the max and the shifted
+#     sum in one reduction of pairs 3.65x / 3.44x, in two reductions 4.29x /
 #     5.26x. Run time within 5% of either (2.2 / 3.6 ms).
 #   XLA:CPU (load ~1.5): 1.93x / 1.50x, against 2.16x / 1.75x and 2.0x.
 # Over more entries the shifted form is kept: logaddexp costs an exponential
