@@ -539,7 +539,8 @@ TPU_DEFAULT = Profile(
     # the single-digit-step compiles above). The "log" figures predate the
     # union steps' logaddexp reduction (_exec/_semiring.ONE_PASS_UP_TO): with
     # it the same lattices' "log" plans take 0.66 and 1.12 s, lowering
-    # included (0.023-0.028 s a step, 2.1x the "sum" plans'). The figure
+    # included (0.023-0.028 s a step, 2.1x the "sum" plans'; 0.59 and 1.10 s,
+    # 1.8-1.9x at 48 steps, since their unions reduce a major axis). The figure
     # stays at 0.06 until a many-step plan's end-to-end run on the chip is
     # measured with a lower one (Grids_15's 177-step plan, walked on the host
     # at 0.06, did not finish compiling there in 214 s before).
