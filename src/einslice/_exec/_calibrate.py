@@ -376,32 +376,27 @@ def _in_place_seconds(fn, shape: tuple[int, ...], runs: int = 3) -> float:
     (which the OS faults in and zeroes: ten times slower than DRAM on a CPU)
     are not what is measured.
     """
-    return _in_place_best(fn, (shape,), runs)[0]
-
-
-def _in_place_best(fn, shapes, runs: int) -> list[float]:
-    """`_in_place_seconds` of each shape, the shapes called in turn ``runs`` times.
-
-    Taken in turn, every shape's best call comes from the same stretch of
-    time, whatever else the machine runs meanwhile.
-    """
     step = jax.jit(fn, donate_argnums=0)
-    xs = [jax.block_until_ready(step(jnp.ones(s, jnp.float32))) for s in shapes]
-    best = [math.inf] * len(shapes)
+    x = step(jnp.ones(shape, jnp.float32))
+    jax.block_until_ready(x)
+    best = math.inf
     for _ in range(runs):
-        for k, x in enumerate(xs):
-            start = time.perf_counter()
-            xs[k] = jax.block_until_ready(step(x))
-            best[k] = min(best[k], time.perf_counter() - start)
-    return [max(b, 1e-9) for b in best]
+        start = time.perf_counter()
+        x = step(x)
+        jax.block_until_ready(x)
+        best = min(best, time.perf_counter() - start)
+    return max(best, 1e-9)
 
 
-# The DRAM copy's calls at its final size and at half of it, each the best of
-# this many, taken in turn. On this project's shared 2-core CPU (2026-12-07)
-# one 256 MB copy took 12-55 ms at load 4-5, and the memory's speed moved
-# 21-38 GB/s between measurements seconds apart: calibrations of the best of
-# 3 calls at one size read 18.9-35.3 GB/s (ten in a row; sd 22% of the mean),
-# of the best of 15 21.9-34.8 (18%). 15 calls of each cost ~0.6 s on a CPU.
+# The DRAM copy's calls at its grown size, the best kept. On this project's
+# shared 2-core CPU (2026-12-07) one 256 MB copy took 12-55 ms at load 4-5,
+# and the memory's speed moved 21-38 GB/s between measurements seconds
+# apart: ten calibrations in a row read 18.9-35.3 GB/s (sd 22% of the mean)
+# with the best of 3 calls, 21.9-34.8 (18%) with the best of 15. (The slope
+# between this copy and one of half its size, which cancels a call's fixed
+# cost as accel_check's direct figure does, read 17.4-57.3: sd 41%; the
+# fixed cost is under 0.6 ms of a 256 MB copy's ~25 ms here.) 15 calls
+# cost ~0.4 s on a CPU.
 DRAM_RUNS = 15
 
 
@@ -410,43 +405,17 @@ def _dram_bandwidth(nbytes: int, largest: int, target: float) -> float:
 
     One pass per call, the buffer grown from ``nbytes`` until a call lasts
     ``target`` (at most ``largest`` bytes): XLA's CPU backend runs a large
-    copy inside a loop ten times slower than one alone. Then the extra bytes
-    of that copy over a copy of half its size, over its extra seconds (the
-    best of `DRAM_RUNS` calls of each): a call's fixed cost (dispatch, the
-    wait for its threads; 0.6 ms of a 256 MB copy's 1.5 ms on a TPU v5e)
-    cancels, as in ``benchmarks/accel_check.py``'s direct measurement. Where
-    the larger copy is not clearly the longer (less than a quarter of its
-    time more), bytes over its own time.
+    copy inside a loop ten times slower than one alone. Then the best of
+    `DRAM_RUNS` calls at that size: what the memory does when the call has
+    the cores to itself.
     """
 
     def time_at(entries: int) -> float:
         return _in_place_seconds(lambda c: c * 0.5 + 1.0, (entries,))
 
     entries, _ = grow(time_at, nbytes // 4, max(largest // 4, 1), target=target)
-    half = entries // 2
-    small, large = _in_place_best(
-        lambda c: c * 0.5 + 1.0, ((half,), (entries,)), DRAM_RUNS
-    )
-    return copy_rate((half, entries), (small, large))
-
-
-def copy_rate(entries: tuple[int, int], seconds: tuple[float, float]) -> float:
-    """Bytes/s read plus written (8 per float32 entry) from two copies' best seconds.
-
-    The extra bytes of the larger copy over its extra seconds; its own bytes
-    over its seconds where the extra is under a quarter of its time (a noisy
-    timer, or a fixed cost that dwarfs the copy).
-
-    Example:
-        >>> round(copy_rate((10**6, 2 * 10**6), (0.0018, 0.0026)) / 1e9, 6)
-        10.0
-        >>> round(copy_rate((10**6, 2 * 10**6), (0.0026, 0.0026)) / 1e9, 6)
-        6.153846
-    """
-    extra = seconds[1] - seconds[0]
-    if extra < seconds[1] / 4:
-        return 8.0 * entries[1] / seconds[1]
-    return 8.0 * (entries[1] - entries[0]) / extra
+    seconds = _in_place_seconds(lambda c: c * 0.5 + 1.0, (entries,), runs=DRAM_RUNS)
+    return 8.0 * entries / seconds
 
 
 def _transpose_bandwidth(nbytes: int, target: float) -> float:
