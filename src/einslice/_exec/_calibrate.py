@@ -388,18 +388,33 @@ def _in_place_seconds(fn, shape: tuple[int, ...], runs: int = 3) -> float:
     return max(best, 1e-9)
 
 
+# The DRAM copy's calls at its grown size, the best kept. On this project's
+# shared 2-core CPU (2026-12-07) one 256 MB copy took 12-55 ms at load 4-5,
+# and the memory's speed moved 21-38 GB/s between measurements seconds
+# apart: ten calibrations in a row read 18.9-35.3 GB/s (sd 22% of the mean)
+# with the best of 3 calls, 21.9-34.8 (18%) with the best of 15. (The slope
+# between this copy and one of half its size, which cancels a call's fixed
+# cost as accel_check's direct figure does, read 17.4-57.3: sd 41%; the
+# fixed cost is under 0.6 ms of a 256 MB copy's ~25 ms here.) 15 calls
+# cost ~0.4 s on a CPU.
+DRAM_RUNS = 15
+
+
 def _dram_bandwidth(nbytes: int, largest: int, target: float) -> float:
     """Bytes/s read plus written by one scaled copy of a buffer beyond the caches.
 
     One pass per call, the buffer grown from ``nbytes`` until a call lasts
     ``target`` (at most ``largest`` bytes): XLA's CPU backend runs a large
-    copy inside a loop ten times slower than one alone.
+    copy inside a loop ten times slower than one alone. Then the best of
+    `DRAM_RUNS` calls at that size: what the memory does when the call has
+    the cores to itself.
     """
 
     def time_at(entries: int) -> float:
         return _in_place_seconds(lambda c: c * 0.5 + 1.0, (entries,))
 
-    entries, seconds = grow(time_at, nbytes // 4, max(largest // 4, 1), target=target)
+    entries, _ = grow(time_at, nbytes // 4, max(largest // 4, 1), target=target)
+    seconds = _in_place_seconds(lambda c: c * 0.5 + 1.0, (entries,), runs=DRAM_RUNS)
     return 8.0 * entries / seconds
 
 
