@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import math
@@ -517,6 +518,42 @@ def test_a_tree_cheap_for_one_run_only_is_reconfigured_for_many():
     # einsum and plan expect PLAN_RUNS runs; their plan follows that tree
     p = einslice.plan(*_interleaved(terms, output, sizes), memory_limit=2**28)
     assert [sorted(s) for s in p.path] == [sorted(s) for s in many.path]
+
+
+def test_runs_that_pay_for_it_reconfigure_the_other_quick_trees_too(tmp_path):
+    # the quick tree that ranks first need not reconfigure best (randreg-50
+    # of einsum-benchmark: 23.4 ms reconfigured from the random-greedy tree,
+    # 9.9 ms from the plain greedy one it beat)
+    terms, output, sizes = _network(randreg_equation(50, 3, d_min=5, d_max=7, seed=9))
+    n, args = len(terms), (4, 2**28, "sum", CPU_DEFAULT, None)
+    quick = _search._quick_trees(terms, output, sizes, *args)
+    assert quick is not None and quick.trials == 0
+    assert _search.reconfigures_others(_search.PLAN_RUNS * quick.time, n)
+    alone = _search.reconfigured(quick, terms, output, sizes, *args)
+    found = search_tree(terms, output, sizes, 4, 2**28, runs=_search.PLAN_RUNS)
+    assert found.trials == 0 and found.time < alone.time
+    expected = _search.estimate(terms, output, sizes, 4, "sum", found.path, {})
+    assert (found.flops, found.time) == (expected.flops, expected.time)
+    paths = _search.quick_paths(*_search._hashable(terms, output, sizes))
+    assert len(paths) == 2 and quick.path in paths
+    for path in paths:  # no single start's reconfiguration beats it
+        start = dataclasses.replace(quick, path=path)
+        one = _search.reconfigured(start, terms, output, sizes, *args)
+        assert found.time <= one.time
+
+
+def test_runs_too_cheap_for_it_reconfigure_the_quick_tree_alone(monkeypatch):
+    (terms, output, sizes), quick = _cheap_for_one_run_only()
+    assert not _search.reconfigures_others(_search.PLAN_RUNS * quick.time, len(terms))
+    seen = []
+
+    def recording(*args):
+        seen.append(args[-1])
+        return args[0]
+
+    monkeypatch.setattr(_search, "reconfigured", recording)
+    search_tree(terms, output, sizes, 4, 2**28, runs=_search.PLAN_RUNS)
+    assert seen == [()]
 
 
 def test_a_search_never_returns_a_tree_worse_than_the_quick_one(monkeypatch):

@@ -473,9 +473,22 @@ def _cached(
         and not cheap(runs * found.time, len(terms))
     ):
         # a quick tree no search could pay for, not cheap for ``runs``
-        # runs: worth a reconfiguration
+        # runs: worth a reconfiguration (and of the other quick trees, where
+        # ``runs`` runs of it cost more than a trial: `reconfigures_others`)
+        others = ()
+        if reconfigures_others(runs * found.time, len(terms)):
+            others = quick_paths(*_hashable(terms, output, sizes), seed)
         found = reconfigured(
-            found, terms, output, sizes, itemsize, limit, semiring, profile, given
+            found,
+            terms,
+            output,
+            sizes,
+            itemsize,
+            limit,
+            semiring,
+            profile,
+            given,
+            others,
         )
     return found
 
@@ -1104,11 +1117,7 @@ def _quick_trees(
     `_cached`).
     """
     best = fastest = None
-    candidates = (
-        greedy_path(terms, output, sizes),
-        random_greedy_path(terms, output, sizes, seed, quick_repeats(len(terms))),
-    )
-    for path in dict.fromkeys(candidates):  # (the same tree is costed once)
+    for path in quick_paths(*_hashable(terms, output, sizes), seed):
         # cached: the planner lays out and costs the chosen tree next
         cost = estimate(
             terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
@@ -1174,33 +1183,82 @@ def reconfigured(
     semiring,
     profile,
     given,
+    others: Sequence[Path] = (),
 ) -> Found:
     """``quick`` improved by cotengra's subtree reconfiguration, if that helps.
 
     Two reconfigurations of the whole tree (cotengra's ``subtree_reconfigure``
     minimizing its flops + write "combo" cost, and FLOPs alone: each wins on
-    some networks), costed by einslice's model; the fastest of the three that
-    fits the limit. Deterministic: no random choices.
+    some networks), of ``quick``'s tree and of each of ``others`` (rule 0's
+    other quick trees, `quick_paths`), costed by einslice's model; the
+    fastest of them and ``quick`` that fits the limit. Deterministic: no
+    random choices.
+
+    Why the others too: the quick tree that ranks first need not reconfigure
+    best. On einsum-benchmark's randreg-50-d4-6 the plain greedy tree
+    (estimated 1.18 s, 10^11.3 FLOPs) reconfigured to 9.9 ms (10^9.2) where
+    the random-greedy one it lost to (24.0 ms) reconfigured to 23.4 ms
+    (10^9.65); measured 43 against 172 ms a call (load 4.4, 2 cores;
+    benchmarks/results/networks.md, 2026-12-07 15:30).
     """
     from cotengra import ContractionTree
 
-    tree = ContractionTree.from_path(*labelled(terms, output, sizes), path=quick.path)
     best = quick
-    for minimize in ("combo", "flops"):
-        better_tree = tree.subtree_reconfigure(minimize=minimize)
-        path = tuple(tuple(int(p) for p in step) for step in better_tree.get_path())
-        cost = estimate(
-            terms, output, sizes, itemsize, semiring, path, {}, profile, False, given
-        )
-        if cost.peak_bytes <= memory_limit and cost.time < best.time:
-            best = dataclasses.replace(
-                quick,
-                path=path,
-                flops=cost.flops,
-                time=cost.time,
-                peak_bytes=cost.peak_bytes,
+    labels = labelled(terms, output, sizes)
+    for start in dict.fromkeys((quick.path, *others)):
+        tree = ContractionTree.from_path(*labels, path=start)
+        for minimize in ("combo", "flops"):
+            better_tree = tree.subtree_reconfigure(minimize=minimize)
+            path = tuple(tuple(int(p) for p in s) for s in better_tree.get_path())
+            cost = estimate(
+                terms,
+                output,
+                sizes,
+                itemsize,
+                semiring,
+                path,
+                {},
+                profile,
+                False,
+                given,
             )
+            if cost.peak_bytes <= memory_limit and cost.time < best.time:
+                best = dataclasses.replace(
+                    best,
+                    path=path,
+                    flops=cost.flops,
+                    time=cost.time,
+                    peak_bytes=cost.peak_bytes,
+                )
     return best
+
+
+@lru_cache(maxsize=64)
+def quick_paths(
+    terms: tuple[tuple[int, ...], ...],
+    output: tuple[int, ...],
+    sizes: tuple[int, ...],
+    seed: int = 0,
+) -> tuple[Path, ...]:
+    """Rule 0's quick trees: the plain greedy order and the best random-greedy ones.
+
+    Distinct paths only (the same tree is costed once). Cached: rule 0 costs
+    them, and `reconfigured` starts from each.
+
+    Example:
+        >>> quick_paths(((0, 1), (1, 2), (2, 3)), (0, 3), (2, 2, 2, 2))
+        (((0, 1), (0, 1)),)
+    """
+    candidates = (
+        greedy_path(terms, output, sizes),
+        random_greedy_path(terms, output, sizes, seed, quick_repeats(len(terms))),
+    )
+    return tuple(dict.fromkeys(candidates))
+
+
+def _hashable(terms, output, sizes):
+    """``terms``, ``output`` and ``sizes`` as tuples (`quick_paths`' cache keys)."""
+    return tuple(map(tuple, terms)), tuple(output), tuple(sizes)
 
 
 def quick_repeats(n_terms: int) -> int:
@@ -1377,6 +1435,26 @@ def search_pays(spend: float, n_terms: int, semiring: str = "sum") -> bool:
     if cheap(spend, n_terms):
         return False
     return semiring != "sum" or spend >= least_search_cost(n_terms)
+
+
+def reconfigures_others(seconds: float, n_terms: int) -> bool:
+    """Whether runs of a quick tree (``seconds``) pay for reconfiguring the others.
+
+    Reconfiguring one more quick tree (`reconfigured`'s ``others``, both
+    objectives) took about what a trial does per tensor (0.42-0.55 s on
+    einsum-benchmark's 50- and 64-tensor networks, 2 loaded cores: 7-11 ms
+    per tensor, a trial's ~5 ms quiet), so it counts as one trial,
+    ``n_terms * TRIAL_COST_PER_TENSOR`` estimated seconds, and is done only
+    when the tree's runs are estimated to cost at least that: randreg-50
+    (10 runs of 23.4 ms against 83 ms) is, lattice-8x8 (10 runs of 2 ms
+    against 107 ms; reconfiguring its other tree gained nothing for 0.4 s
+    more planning, which its first result cannot afford) is not.
+
+    Example:
+        >>> reconfigures_others(0.234, 50), reconfigures_others(0.02, 64)
+        (True, False)
+    """
+    return seconds >= n_terms * TRIAL_COST_PER_TENSOR
 
 
 def cheap(seconds: float, n_terms: int) -> bool:
