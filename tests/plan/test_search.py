@@ -566,6 +566,23 @@ def test_a_search_never_returns_a_tree_worse_than_the_quick_one(monkeypatch):
     assert (found.path, found.time, found.trials) == (quick.path, quick.time, 3)
 
 
+def test_a_quick_tree_that_beats_the_trials_is_reconfigured_as_without_them(
+    monkeypatch,
+):
+    # else a search that ran trials returned a worse tree than one that ran
+    # none (a growth search of mera-p-first-last: 14.8 ms against the held
+    # plan's reconfigured 9.7 ms, then compiled and timed)
+    (terms, output, sizes), quick = _cheap_for_one_run_only()
+    many = search_tree(terms, output, sizes, 4, 2**28, runs=_search.PLAN_RUNS)
+    assert many.trials == 0 and many.time < quick.time / 1.5  # (reconfigured)
+    worse = _search.Found(quick.path, (), quick.flops, quick.time * 2, 3, 1)
+    monkeypatch.setattr(_search, "search_pays", lambda *args: True)
+    monkeypatch.setattr(_search, "_search", lambda *a, **k: (worse, True))
+    _search._cached.cache_clear()
+    found = search_tree(terms, output, sizes, 4, 2**28, runs=_search.PLAN_RUNS)
+    assert found.trials == 3 and (found.path, found.time) == (many.path, many.time)
+
+
 def test_the_search_works_when_cotengra_hands_labels_to_cotengrust(monkeypatch):
     # cotengra runs its greedy trials through cotengrust when that is
     # installed, and cotengrust takes one-character labels only: int labels
