@@ -109,6 +109,8 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# What reconfiguring one more quick tree costs, in trials (`reconfigures_others`).
+RECONFIGURE_TRIALS = 2
 # The runs a tree of ``einsum`` or ``plan`` is expected to serve (a plan is
 # reused, and einsum caches plans): rule 0 weighs a quick tree's run time by
 # it. A quick tree cheap for one run but not for PLAN_RUNS is improved by
@@ -1450,20 +1452,20 @@ def reconfigures_others(seconds: float, n_terms: int) -> bool:
     """Whether runs of a quick tree (``seconds``) pay for reconfiguring the others.
 
     Reconfiguring one more quick tree (`reconfigured`'s ``others``, both
-    objectives) took about what a trial does per tensor (0.42-0.55 s on
-    einsum-benchmark's 50- and 64-tensor networks, 2 loaded cores: 7-11 ms
-    per tensor, a trial's ~5 ms quiet), so it counts as one trial,
-    ``n_terms * TRIAL_COST_PER_TENSOR`` estimated seconds, and is done only
-    when the tree's runs are estimated to cost at least that: randreg-50
-    (10 runs of 23.4 ms against 83 ms) is, lattice-8x8 (10 runs of 2 ms
-    against 107 ms; reconfiguring its other tree gained nothing for 0.4 s
-    more planning, which its first result cannot afford) is not.
+    objectives) took 0.42-0.55 s on einsum-benchmark's 50- and 64-tensor
+    networks (2 cores, load 2-4), about two trials (`TRIAL_COST_PER_TENSOR`,
+    ~5 ms per tensor measured), so it counts as `RECONFIGURE_TRIALS` trials
+    and is done only when the tree's runs are estimated to cost at least
+    that: randreg-50 (10 runs of 23.4 ms against 167 ms) is; mera-p-first-last
+    (10 of 9.7 ms) and random-hyper-50 (10 of 16 ms), whose other trees
+    reconfigured no better for 0.4-0.6 s more planning (their first results
+    0.83x and 1.62x the best peer's instead of 1.50x and 3.16x), are not.
 
     Example:
-        >>> reconfigures_others(0.234, 50), reconfigures_others(0.02, 64)
+        >>> reconfigures_others(0.234, 50), reconfigures_others(0.097, 52)
         (True, False)
     """
-    return seconds >= n_terms * TRIAL_COST_PER_TENSOR
+    return seconds >= RECONFIGURE_TRIALS * n_terms * TRIAL_COST_PER_TENSOR
 
 
 def cheap(seconds: float, n_terms: int) -> bool:
