@@ -542,6 +542,24 @@ def test_runs_that_pay_for_it_reconfigure_the_other_quick_trees_too(tmp_path):
         assert found.time <= one.time
 
 
+def test_another_quick_tree_close_in_estimate_but_with_more_flops_is_not_taken():
+    # lattice-4x4x4 of bond 2: the other quick tree reconfigures to one
+    # estimated 2% faster with 2.4x the FLOPs, which ran 1.4x slower
+    terms, output, sizes = _network(lattice_equation([4, 4, 4], d_min=2, d_max=2))
+    args = (4, 2**28, "sum", CPU_DEFAULT, None)
+    quick = _search._quick_trees(terms, output, sizes, *args)
+    assert quick is not None
+    alone = _search.reconfigured(quick, terms, output, sizes, *args)
+    paths = _search.quick_paths(*_search._hashable(terms, output, sizes))
+    (other,) = [p for p in paths if p != quick.path]
+    start = dataclasses.replace(quick, path=other)
+    rival = _search.reconfigured(start, terms, output, sizes, *args)
+    assert rival.time < alone.time < rival.time * _search.OTHER_TREE_MARGIN
+    assert rival.flops > alone.flops  # (the premise)
+    both = _search.reconfigured(quick, terms, output, sizes, *args, paths)
+    assert (both.path, both.time) == (alone.path, alone.time)
+
+
 def test_runs_too_cheap_for_it_reconfigure_the_quick_tree_alone(monkeypatch):
     (terms, output, sizes), quick = _cheap_for_one_run_only()
     assert not _search.reconfigures_others(_search.PLAN_RUNS * quick.time, len(terms))

@@ -109,6 +109,11 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# A tree reconfigured from another quick tree (`reconfigured`) with more
+# FLOPs than the best so far replaces it only when estimated this many times
+# faster: the model ranks close trees wrongly by up to 2x (`_exec._grow.
+# GROW_TIME_WITHIN`), FLOPs are the steadier tie-break.
+OTHER_TREE_MARGIN = 2.0
 # What reconfiguring one more quick tree costs, in trials (`reconfigures_others`).
 RECONFIGURE_TRIALS = 2
 # The runs a tree of ``einsum`` or ``plan`` is expected to serve (a plan is
@@ -1210,13 +1215,19 @@ def reconfigured(
     (estimated 1.18 s, 10^11.3 FLOPs) reconfigured to 9.9 ms (10^9.2) where
     the random-greedy one it lost to (24.0 ms) reconfigured to 23.4 ms
     (10^9.65); measured 43 against 172 ms a call (load 4.4, 2 cores;
-    benchmarks/results/networks.md, 2026-12-07 15:30).
+    benchmarks/results/networks.md, 2026-12-07 15:30). A tree reconfigured
+    from one of ``others`` replaces the best only with no more FLOPs as
+    well, or when estimated `OTHER_TREE_MARGIN` times faster: on
+    lattice-4x4x4-d2 one estimated 2% faster with 2.4x the FLOPs (10^8.32)
+    ran 8.3 against 5.8 ms; the trees taken (randreg-50, peps-5x5 and
+    random-network of the suite) have fewer FLOPs and ran 1.4-3.9x faster.
     """
     from cotengra import ContractionTree
 
     best = quick
     labels = labelled(terms, output, sizes)
     for start in dict.fromkeys((quick.path, *others)):
+        other = start != quick.path
         tree = ContractionTree.from_path(*labels, path=start)
         for minimize in ("combo", "flops"):
             better_tree = tree.subtree_reconfigure(minimize=minimize)
@@ -1233,7 +1244,15 @@ def reconfigured(
                 False,
                 given,
             )
-            if cost.peak_bytes <= memory_limit and cost.time < best.time:
+            if (
+                cost.peak_bytes <= memory_limit
+                and cost.time < best.time
+                and (
+                    not other
+                    or cost.flops <= best.flops
+                    or cost.time * OTHER_TREE_MARGIN <= best.time
+                )
+            ):
                 best = dataclasses.replace(
                     best,
                     path=path,
