@@ -99,7 +99,7 @@ def timed(calls: dict, rounds: int, keep: float) -> dict[str, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("names", nargs="+")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--keep", type=float, default=0.3)
