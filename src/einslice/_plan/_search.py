@@ -1254,7 +1254,7 @@ def reconfigured(
                 )
             ):
                 best = dataclasses.replace(
-                    best,
+                    quick,
                     path=path,
                     flops=cost.flops,
                     time=cost.time,
