@@ -127,6 +127,23 @@ def test_a_searched_plan_switches_to_a_faster_grown_plan_and_stays_exact(
     )
 
 
+def test_a_plan_slower_than_its_estimate_grows_sooner(early, monkeypatch):
+    # its calls' run time counts at its pace: the first growth, due at call
+    # 20 * PLAN_RUNS by the estimate, comes once the paced calls add up to it
+    args, ops = _ring()
+    p = einslice.plan(*args)
+    due = 20 * _grow.PLAN_RUNS
+    monkeypatch.setattr(_grow, "least_search_cost", lambda n: due / 2 * p.cost.time)
+    monkeypatch.setattr(_grow, "pace", lambda plan, seconds: 8.0)
+    monkeypatch.setattr(_grow, "grown_plans", lambda *args: (p, None))
+    runner = _run._top_level_run(p)
+    assert _grow.first_growth_call(p) == due
+    _calls(p, ops, lambda: len(runner.growths) >= 1, most=due)
+    assert runner.pace == 8.0 and runner.pacing is None
+    first = runner.growths[0].call
+    assert _grow.PLAN_RUNS <= first <= due / 8 + _grow.PACE_CALLS + 1
+
+
 def test_no_call_waits_for_a_growth_search(early, monkeypatch):
     # the search blocks until the test lets it go: the calls go on meanwhile
     args, ops = _ring()

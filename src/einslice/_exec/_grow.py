@@ -76,6 +76,20 @@ GROW_LAST_CALL = 10**5
 # calls so far: about what they took (ski rental). 2, the low end, errs
 # towards not compiling.
 GROW_MEASURED_PER_ESTIMATED = 2.0
+# ... and where a plan runs slower than that, its calls' run time counts at
+# its pace (`pace`): its estimated time times how much more than
+# GROW_MEASURED_PER_ESTIMATED times its estimate its calls measured. A runner
+# times PACE_CALLS calls of its held plan's optimized program (waited for:
+# the trials' way, `timed_call`) and its trials' winner gives the next pace.
+# randreg-50 (einsum-benchmark) ran 98-172 ms a call on a tree estimated at
+# 23.4 ms: its first growth, due at call 44 by the estimate, came 13 s into
+# its calls (2 loaded cores), and its 15 s of benchmark calls never switched.
+# Calls of PACE_MIN_SECONDS or less keep pace 1: their fixed costs (dispatch,
+# per-step overhead: tree-100's 99 steps run 1-2 ms, estimated 0.24 ms) are
+# what no tree improves. PACE_MAX bounds a pace measured under heavy load.
+PACE_CALLS = 3
+PACE_MIN_SECONDS = 0.005
+PACE_MAX = 8.0
 # A growth times, beside the held plan, the grown search's plan and the plan
 # of its runner-up tree (the other side's best: `_search.Found.runner_up`)
 # when estimated within this factor of the best estimate of the three: the
@@ -147,6 +161,26 @@ def first_growth_call(p: Plan) -> int | None:
     time_ = max(p.cost.time, 1e-12)
     call = max(PLAN_RUNS, 2 * math.ceil(least / time_))
     return call if call <= GROW_LAST_CALL else None
+
+
+def pace(p: Plan, seconds: float) -> float:
+    """How much faster a runner holding ``p`` counts its calls' run time (``spent``).
+
+    ``seconds``, a call of ``p`` as measured, over `GROW_MEASURED_PER_ESTIMATED`
+    times its estimate, between 1 and `PACE_MAX`; 1 for a call of at most
+    `PACE_MIN_SECONDS`.
+
+    Example:
+        >>> import dataclasses, einslice
+        >>> p = einslice.plan("ij,jk->ik", (2, 2), (2, 2))
+        >>> p = dataclasses.replace(p, cost=dataclasses.replace(p.cost, time=0.01))
+        >>> pace(p, 0.08), pace(p, 0.01), pace(p, 0.004)
+        (4.0, 1.0, 1.0)
+    """
+    if seconds <= PACE_MIN_SECONDS:
+        return 1.0
+    ratio = seconds / (GROW_MEASURED_PER_ESTIMATED * max(p.cost.time, 1e-12))
+    return min(PACE_MAX, max(1.0, ratio))
 
 
 def grown_plans(

@@ -229,8 +229,10 @@ class _TopLevelRun:
     ``cost.time``) has doubled since the last growth: a search whose own
     trials may cost half of ``spent`` and cotengra's reference as much
     (`grown_plans`), so all of them cost at most twice the estimated run time
-    of the calls made so far. The plans it finds that are worth timing
-    (`_grow.contenders`: programs not timed before) are compiled in the background
+    of the calls made so far (each call's estimate scaled by the held plan's
+    measured pace, `_grow.pace`, where it runs slower than estimated). The
+    plans it finds that are worth timing (`_grow.contenders`: programs not
+    timed before) are compiled in the background
     with the held plan's optimized program, then timed on the next calls
     (`_grow.Trial`: one call per plan in turn, `GROW_TIMED_CALLS` rounds
     after one to warm up); the runner takes the fastest when it is
@@ -259,6 +261,10 @@ class _TopLevelRun:
         self.host_spent = 0.0
         self.request = grown_request(p) if _grow.growth_enabled() else None
         self.spent = 0.0  # the held plans' estimated seconds, summed over calls
+        # ... each call's scaled by the held plan's pace (`_grow.pace`), from
+        # its first optimized calls, timed (`pacing`: None once it is known)
+        self.pace = 1.0
+        self.pacing: list[float] | None = [] if self.request is not None else None
         call = None if self.request is None else _grow.first_growth_call(p)
         # the ``spent`` at which the next growth runs (None: no more growth)
         self.grow_at = None if call is None else (call - 0.5) * p.cost.time
@@ -289,7 +295,7 @@ class _TopLevelRun:
         stage = self.stage  # (one read: this call runs one stage)
         # (a lost count or sum under threads only delays what they schedule)
         self.top_calls += 1
-        self.spent += stage.plan.cost.time
+        self.spent += stage.plan.cost.time * self.pace
         trial = stage.trial
         if trial is not None:
             if config == trial.config:
@@ -300,6 +306,7 @@ class _TopLevelRun:
         elif (
             self.grow_at is not None
             and self.spent >= self.grow_at
+            and self.top_calls >= _grow.PLAN_RUNS
             and self.busy.acquire(blocking=False)
         ):
             self._submit(partial(self._grow, self.top_calls, self.spent), config, args)
@@ -325,7 +332,22 @@ class _TopLevelRun:
             and self.busy.acquire(blocking=False)
         ):
             self._submit(self._optimize, config, args)
+        if self.pacing is not None and stage.optimized and trial is None:
+            return self._paced(stage, config, args)
         return stage.program(stage.plan, config, *args)
+
+    def _paced(self, stage: _Stage, config: Config, args: tuple):
+        """A call timed (waited for) to learn the held plan's pace (`_grow.pace`)."""
+        start = time.perf_counter()
+        out = jax.block_until_ready(stage.program(stage.plan, config, *args))
+        seconds = time.perf_counter() - start
+        pacing = self.pacing
+        if pacing is not None:  # (another thread may have just finished it)
+            pacing.append(seconds)
+            if len(pacing) >= _grow.PACE_CALLS:
+                self.pace = _grow.pace(stage.plan, sorted(pacing)[len(pacing) // 2])
+                self.pacing = None
+        return out
 
     # -- the background work: queued by a call (`busy` acquired), run by
     # -- ``_background``'s thread; each swaps in a new stage when it is done
@@ -447,6 +469,7 @@ class _TopLevelRun:
             )
             # the programs timed are optimized: no recompile, no host walk
             self.stage = _Stage(trial.plans[k], trial.programs[k], False, True)
+            self.pace = _grow.pace(trial.plans[k], growth.timed[k])
             self._grown(growth, trial.spent)
         finally:
             self._deciding.release()
@@ -454,7 +477,8 @@ class _TopLevelRun:
     def _grown(self, growth: Growth, spent: float) -> None:
         """Record ``growth``; schedule the next one, or none (the stopping rule)."""
         self.fruitless = _grow.fruitless_after(growth, self.fruitless, self.plan)
-        more = _grow.grows_again(growth, self.fruitless, self.plan, spent)
+        # (``spent`` over the pace: the calls' estimated run time, unscaled)
+        more = _grow.grows_again(growth, self.fruitless, self.plan, spent / self.pace)
         self.grow_at = 2 * spent if more else None
         self.growths.append(growth)
 

@@ -109,6 +109,13 @@ MIN_TENSOR_TRIALS = 256
 # minimum trials of three searches for a microsecond contraction; the suite's
 # random network (14 ms estimated, 60 ms a trial) still searches its 8 trials.
 CHEAP_TREE_SHARE = 0.1
+# A tree reconfigured from another quick tree (`reconfigured`) with more
+# FLOPs than the best so far replaces it only when estimated this many times
+# faster: the model ranks close trees wrongly by up to 2x (`_exec._grow.
+# GROW_TIME_WITHIN`), FLOPs are the steadier tie-break.
+OTHER_TREE_MARGIN = 2.0
+# What reconfiguring one more quick tree costs, in trials (`reconfigures_others`).
+RECONFIGURE_TRIALS = 2
 # The runs a tree of ``einsum`` or ``plan`` is expected to serve (a plan is
 # reused, and einsum caches plans): rule 0 weighs a quick tree's run time by
 # it. A quick tree cheap for one run but not for PLAN_RUNS is improved by
@@ -466,16 +473,38 @@ def _cached(
         found = quick
     else:
         found = _searched(key, search_seconds, quick, since)
+    # (the quick tree, also when it beat the trials: a growth search of
+    # mera-p-first-last, einsum-benchmark, ran 6 trials, kept its quick tree
+    # and returned it unreconfigured, estimated 14.8 ms against the 9.7 ms
+    # of the reconfigured tree the plan held, and compiled and timed it)
+    quick_won = quick is not None and (found.path, found.sliced) == (
+        quick.path,
+        quick.sliced,
+    )
     if (
         runs > 1
-        and found.trials == 0
+        and (found.trials == 0 or quick_won)
         and not found.sliced
         and not cheap(runs * found.time, len(terms))
     ):
-        # a quick tree no search could pay for, not cheap for ``runs``
-        # runs: worth a reconfiguration
+        # a quick tree no search could pay for or improve on, not cheap for
+        # ``runs`` runs: worth a reconfiguration (and of the other quick
+        # trees, where ``runs`` runs cost more than a trial:
+        # `reconfigures_others`)
+        others = ()
+        if reconfigures_others(runs * found.time, len(terms)):
+            others = quick_paths(*_hashable(terms, output, sizes), seed)
         found = reconfigured(
-            found, terms, output, sizes, itemsize, limit, semiring, profile, given
+            found,
+            terms,
+            output,
+            sizes,
+            itemsize,
+            limit,
+            semiring,
+            profile,
+            given,
+            others,
         )
     return found
 
@@ -1104,11 +1133,7 @@ def _quick_trees(
     `_cached`).
     """
     best = fastest = None
-    candidates = (
-        greedy_path(terms, output, sizes),
-        random_greedy_path(terms, output, sizes, seed, quick_repeats(len(terms))),
-    )
-    for path in dict.fromkeys(candidates):  # (the same tree is costed once)
+    for path in quick_paths(*_hashable(terms, output, sizes), seed):
         # cached: the planner lays out and costs the chosen tree next
         cost = estimate(
             terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
@@ -1174,33 +1199,96 @@ def reconfigured(
     semiring,
     profile,
     given,
+    others: Sequence[Path] = (),
 ) -> Found:
     """``quick`` improved by cotengra's subtree reconfiguration, if that helps.
 
     Two reconfigurations of the whole tree (cotengra's ``subtree_reconfigure``
     minimizing its flops + write "combo" cost, and FLOPs alone: each wins on
-    some networks), costed by einslice's model; the fastest of the three that
-    fits the limit. Deterministic: no random choices.
+    some networks), of ``quick``'s tree and of each of ``others`` (rule 0's
+    other quick trees, `quick_paths`), costed by einslice's model; the
+    fastest of them and ``quick`` that fits the limit. Deterministic: no
+    random choices.
+
+    Why the others too: the quick tree that ranks first need not reconfigure
+    best. On einsum-benchmark's randreg-50-d4-6 the plain greedy tree
+    (estimated 1.18 s, 10^11.3 FLOPs) reconfigured to 9.9 ms (10^9.2) where
+    the random-greedy one it lost to (24.0 ms) reconfigured to 23.4 ms
+    (10^9.65); measured 43 against 172 ms a call (load 4.4, 2 cores;
+    benchmarks/results/networks.md, 2026-12-07 15:30). A tree reconfigured
+    from one of ``others`` replaces the best only with no more FLOPs as
+    well, or when estimated `OTHER_TREE_MARGIN` times faster: on
+    lattice-4x4x4-d2 one estimated 2% faster with 2.4x the FLOPs (10^8.32)
+    ran 8.3 against 5.8 ms; the trees taken (randreg-50, peps-5x5 and
+    random-network of the suite) have fewer FLOPs and ran 1.4-3.9x faster.
     """
     from cotengra import ContractionTree
 
-    tree = ContractionTree.from_path(*labelled(terms, output, sizes), path=quick.path)
     best = quick
-    for minimize in ("combo", "flops"):
-        better_tree = tree.subtree_reconfigure(minimize=minimize)
-        path = tuple(tuple(int(p) for p in step) for step in better_tree.get_path())
-        cost = estimate(
-            terms, output, sizes, itemsize, semiring, path, {}, profile, False, given
-        )
-        if cost.peak_bytes <= memory_limit and cost.time < best.time:
-            best = dataclasses.replace(
-                quick,
-                path=path,
-                flops=cost.flops,
-                time=cost.time,
-                peak_bytes=cost.peak_bytes,
+    labels = labelled(terms, output, sizes)
+    for start in dict.fromkeys((quick.path, *others)):
+        other = start != quick.path
+        tree = ContractionTree.from_path(*labels, path=start)
+        for minimize in ("combo", "flops"):
+            better_tree = tree.subtree_reconfigure(minimize=minimize)
+            path = tuple(tuple(int(p) for p in s) for s in better_tree.get_path())
+            cost = estimate(
+                terms,
+                output,
+                sizes,
+                itemsize,
+                semiring,
+                path,
+                {},
+                profile,
+                False,
+                given,
             )
+            if (
+                cost.peak_bytes <= memory_limit
+                and cost.time < best.time
+                and (
+                    not other
+                    or cost.flops <= best.flops
+                    or cost.time * OTHER_TREE_MARGIN <= best.time
+                )
+            ):
+                best = dataclasses.replace(
+                    quick,
+                    path=path,
+                    flops=cost.flops,
+                    time=cost.time,
+                    peak_bytes=cost.peak_bytes,
+                )
     return best
+
+
+@lru_cache(maxsize=64)
+def quick_paths(
+    terms: tuple[tuple[int, ...], ...],
+    output: tuple[int, ...],
+    sizes: tuple[int, ...],
+    seed: int = 0,
+) -> tuple[Path, ...]:
+    """Rule 0's quick trees: the plain greedy order and the best random-greedy ones.
+
+    Distinct paths only (the same tree is costed once). Cached: rule 0 costs
+    them, and `reconfigured` starts from each.
+
+    Example:
+        >>> quick_paths(((0, 1), (1, 2), (2, 3)), (0, 3), (2, 2, 2, 2))
+        (((0, 1), (0, 1)),)
+    """
+    candidates = (
+        greedy_path(terms, output, sizes),
+        random_greedy_path(terms, output, sizes, seed, quick_repeats(len(terms))),
+    )
+    return tuple(dict.fromkeys(candidates))
+
+
+def _hashable(terms, output, sizes):
+    """``terms``, ``output`` and ``sizes`` as tuples (`quick_paths`' cache keys)."""
+    return tuple(map(tuple, terms)), tuple(output), tuple(sizes)
 
 
 def quick_repeats(n_terms: int) -> int:
@@ -1377,6 +1465,26 @@ def search_pays(spend: float, n_terms: int, semiring: str = "sum") -> bool:
     if cheap(spend, n_terms):
         return False
     return semiring != "sum" or spend >= least_search_cost(n_terms)
+
+
+def reconfigures_others(seconds: float, n_terms: int) -> bool:
+    """Whether runs of a quick tree (``seconds``) pay for reconfiguring the others.
+
+    Reconfiguring one more quick tree (`reconfigured`'s ``others``, both
+    objectives) took 0.42-0.55 s on einsum-benchmark's 50- and 64-tensor
+    networks (2 cores, load 2-4), about two trials (`TRIAL_COST_PER_TENSOR`,
+    ~5 ms per tensor measured), so it counts as `RECONFIGURE_TRIALS` trials
+    and is done only when the tree's runs are estimated to cost at least
+    that: randreg-50 (10 runs of 23.4 ms against 167 ms) is; mera-p-first-last
+    (10 of 9.7 ms) and random-hyper-50 (10 of 16 ms), whose other trees
+    reconfigured no better for 0.4-0.6 s more planning (their first results
+    0.83x and 1.62x the best peer's instead of 1.50x and 3.16x), are not.
+
+    Example:
+        >>> reconfigures_others(0.234, 50), reconfigures_others(0.097, 52)
+        (True, False)
+    """
+    return seconds >= RECONFIGURE_TRIALS * n_terms * TRIAL_COST_PER_TENSOR
 
 
 def cheap(seconds: float, n_terms: int) -> bool:
