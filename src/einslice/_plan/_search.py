@@ -1475,10 +1475,16 @@ def reconfigures_others(seconds: float, n_terms: int) -> bool:
     networks (2 cores, load 2-4), about two trials (`TRIAL_COST_PER_TENSOR`,
     ~5 ms per tensor measured), so it counts as `RECONFIGURE_TRIALS` trials
     and is done only when the tree's runs are estimated to cost at least
-    that: randreg-50 (10 runs of 23.4 ms against 167 ms) is; mera-p-first-last
-    (10 of 9.7 ms) and random-hyper-50 (10 of 16 ms), whose other trees
-    reconfigured no better for 0.4-0.6 s more planning (their first results
-    0.83x and 1.62x the best peer's instead of 1.50x and 3.16x), are not.
+    that. ``seconds`` is the quick tree's estimate before its own
+    reconfiguration (`_cached`): randreg-50 (10 runs of its 24.0 ms quick
+    tree against 167 ms) is reconfigured from both. So are lattice-4x4x4-d2
+    and random-hyper-50, whose reconfigured trees (1.7 and 16 ms) are too
+    fast to pay for it: their plans are unchanged and their planning took
+    2.2-2.5 s instead of 1.1-1.2 s and 1.96 s instead of 0.87 s (2026-12-07
+    17:50, load ~2). Judged on the reconfigured estimate instead, those two
+    are spared but peps-5x5 (suite) loses the other tree's (5.95 against
+    6.57 ms estimated; 18.5 against 26.4 ms measured): not changed until
+    that trade is measured.
 
     Example:
         >>> reconfigures_others(0.234, 50), reconfigures_others(0.097, 52)
