@@ -59,6 +59,7 @@ def test_matches_numpy_under_memory_limits(eq, seed, fraction):
     assert_close_to_einsum(out, eq, ops)
 
 
+@pytest.mark.slow
 @given(sliceable_equations(), seeds, tight_limit_fractions)
 def test_sliced_equals_unsliced_and_numpy(eq, seed, fraction):
     ops = random_operands(eq, seed)
@@ -96,6 +97,7 @@ def test_smallest_limit_is_no_more_than_the_unsliced_peak(eq, fraction):
         )
 
 
+@pytest.mark.slow
 @given(sliceable_equations(), seeds, limit_fractions)
 def test_plan_call_matches_einsum(eq, seed, fraction):
     ops = random_operands(eq, seed)
@@ -131,6 +133,7 @@ def test_plan_path_is_a_valid_pairwise_path(eq, fraction):
         assert p.memory_limit == limit
 
 
+@pytest.mark.slow
 @given(equations(ellipsis=True, max_operands=4), seeds)
 def test_interleaved_form_accepts_any_int_labels(eq, seed):
     ops = random_operands(eq, seed)

@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import einslice
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +34,7 @@ def _blocks(text: str) -> list[tuple[str, str]]:
     return re.findall(r"^```(\w*)\n(.*?)^```$", text, re.M | re.S)
 
 
+@pytest.mark.slow
 def test_quick_start_prints_what_the_readme_shows(tmp_path):
     blocks = _blocks(_section("Quick start"))
     code = next(body for lang, body in blocks if lang == "python")

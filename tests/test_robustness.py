@@ -106,6 +106,7 @@ def test_a_fractional_byte_limit_is_refused_as_written():
         )
 
 
+@pytest.mark.slow
 @settings(max_examples=25)
 @given(equations(zero_size=True, max_operands=5), st.data())
 def test_random_formulas_in_dtype_mixes_match_numpy(eq, data):
@@ -317,6 +318,7 @@ def test_wisdom_entries_from_concurrent_processes_all_survive(tmp_path):
     assert set(data["entries"]) == {f"p{p}-{k}" for p in range(4) for k in range(15)}
 
 
+@pytest.mark.slow
 def test_tuning_processes_share_one_wisdom_file(tmp_path):
     script = textwrap.dedent(
         """
@@ -420,6 +422,7 @@ def test_a_stored_profile_with_zero_rates_is_ignored():
     _calibrate._load.cache_clear()
 
 
+@pytest.mark.slow
 def test_default_limit_wisdom_is_found_in_the_next_process(tmp_path):
     script = textwrap.dedent(
         """

@@ -299,6 +299,7 @@ def _max_close(out, ref):
     np.testing.assert_allclose(out[finite], ref[finite], rtol=1e-12, atol=1e-11)
 
 
+@pytest.mark.slow
 @given(equations(max_operands=6), seeds, neg_inf_shares, limit_fractions)
 def test_max_matches_brute_force(eq, seed, neg_inf, fraction):
     ops = log_operands(eq, seed, neg_inf, dtype=np.float64)
@@ -307,6 +308,7 @@ def test_max_matches_brute_force(eq, seed, neg_inf, fraction):
     _max_close(out, ref)
 
 
+@pytest.mark.slow
 @settings(max_examples=20)
 @given(sliceable_equations(max_elements=2**14), seeds, neg_inf_shares)
 def test_max_matches_brute_force_when_sliced(eq, seed, neg_inf):

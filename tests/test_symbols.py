@@ -128,6 +128,7 @@ def interleaved(draw):
     return args
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(interleaved(), seeds)
 def test_the_interleaved_forms_labels_and_implicit_order_match_jnp(args, seed):

@@ -72,6 +72,7 @@ def test_bench_writes_table_csv_and_plot(tmp_path, capsys):
     assert "median of its 4 rounds timed alongside the methods" in out
 
 
+@pytest.mark.slow
 def test_bench_reports_oom_instead_of_running(tmp_path, capsys):
     # jnp.einsum materialises n^4 floats (4.2 MB at n=32); einslice does not
     args = "--sizes 32 --methods jnp.einsum,einslice@500kB --device-memory 1MB"
@@ -86,6 +87,7 @@ def test_bench_reports_oom_instead_of_running(tmp_path, capsys):
     assert rows["einslice@500kB"]["over_limit"] == "False"
 
 
+@pytest.mark.slow
 def test_bench_skips_what_would_exceed_max_seconds(tmp_path, capsys):
     # vmap_einsum's time at n=16 (~1e-4 s), scaled by (64/16)^4, is far above 1 ms
     code = _bench(tmp_path, "--sizes 16,64 --methods vmap_einsum --max-seconds 1e-3")
@@ -113,6 +115,7 @@ def test_bench_suite_on_tiny_shapes(tmp_path, capsys):
     assert {r["status"] for r in rows} == {"ok"}
 
 
+@pytest.mark.slow
 def test_missing_peer_is_reported_not_fatal(tmp_path, capsys, monkeypatch):
     # importing a module mapped to None raises ImportError, as if not installed
     monkeypatch.setitem(sys.modules, "torch", None)

@@ -14,6 +14,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from einslice._exec import _background
 
 # A 40-matrix chain: a many-step plan, first run on the host; the call after
@@ -73,10 +75,12 @@ def _exits(script: str, tmp_path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 def test_the_process_exits_while_the_background_compiles(tmp_path):
     assert "exiting while compiling: 1" in _exits(_COMPILING, tmp_path)
 
 
+@pytest.mark.slow
 def test_the_process_exits_while_a_background_job_runs_python(tmp_path):
     assert "exiting while searching" in _exits(_SEARCHING, tmp_path)
 

@@ -79,6 +79,7 @@ def test_largest_side_keeps_three_matrices_within_the_budget():
     assert largest_side(2**50) == 16384
 
 
+@pytest.mark.slow
 def test_calibrate_measures_a_rate_per_precision_the_backend_accepts():
     profile = einslice.calibrate(save=False, size=64, seconds=1e-3)
     rates = dict(profile.matmul_rates)

@@ -85,6 +85,7 @@ def test_special_values_follow_the_semiring():
     assert np.isneginf(got[0, 2, 4]) and got[0, 2, 5] == np.inf
 
 
+@pytest.mark.slow
 def test_kernel_alone_pads_with_the_semirings_zero():
     # without the +inf check around it, on a shape padded on every axis
     rng = np.random.default_rng(1)

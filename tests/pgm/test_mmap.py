@@ -214,6 +214,7 @@ def tight_cases(draw):
     return model, query, {}, limit
 
 
+@pytest.mark.slow
 @settings(max_examples=40, derandomize=True, deadline=None)
 @given(tight_cases())
 def test_clamped_random_models_equal_brute_force(case):

@@ -52,6 +52,7 @@ def loop_model(seed: int = 0, sharp: float = 2.0) -> FactorGraph:
     return FactorGraph.from_factors(scopes, tables, cards)
 
 
+@pytest.mark.slow
 def test_samples_match_the_exact_marginals():
     model = loop_model()
     x = sample(model, 40_000, key=jax.random.key(0), memory_limit="64MB")

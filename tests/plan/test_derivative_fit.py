@@ -34,6 +34,7 @@ def test_plain_planning_fails_backward_where_gradient_planning_fits(profile):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None)
 @given(
     eq=sliceable_equations(ellipsis=False, repeats=False, implicit=False),

@@ -111,6 +111,7 @@ def test_a_search_within_the_bound_runs_its_trials(clock):
     assert found.trials == 3
 
 
+@pytest.mark.slow
 def test_the_wait_for_an_anneal_is_the_trials_it_costs(clock, monkeypatch):
     # 100 tensors: 3 minimum trials, but an anneal costs ANNEAL_AFTER_TRIALS
     # (5) trials, so it is considered only once that many have run (DBN_16:

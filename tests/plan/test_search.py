@@ -66,6 +66,7 @@ def test_plans_through_the_search_fit_the_limit(name, equation, limit):
     assert _search._cached.cache_info().misses >= 1  # "auto" went through the search
 
 
+@pytest.mark.slow
 def test_a_300_tensor_network_gets_a_tree_and_a_plan_within_the_limit(monkeypatch):
     terms, output, sizes = _network(lattice_equation([15, 20], d_min=2, seed=0))
     limit = 2**19
@@ -266,6 +267,7 @@ def test_large_searches_are_never_worse_than_cotengras_at_the_same_budget(
     _never_worse(equation, limit, seed, monkeypatch)
 
 
+@pytest.mark.slow
 def test_a_tree_from_cotengras_reference_gives_float64_results(monkeypatch):
     _searched_as_before(monkeypatch)
     equation = randreg_equation(30, 3, d_min=10, d_max=16, seed=1)
@@ -304,6 +306,7 @@ def test_the_same_seed_gives_the_same_tree_and_another_may_not(tmp_path, monkeyp
     assert others - {first.path}, "the seed should matter"
 
 
+@pytest.mark.slow
 def test_a_cheap_greedy_tree_ends_the_search_before_any_trial():
     terms, output, sizes = _network(randreg_equation(40, 3, d_min=2, seed=7))
     found = search_tree(terms, output, sizes, 4, 2**14, seed=1, trials=3)
@@ -542,6 +545,7 @@ def test_runs_that_pay_for_it_reconfigure_the_other_quick_trees_too(tmp_path):
         assert found.time <= one.time
 
 
+@pytest.mark.slow
 def test_another_quick_tree_close_in_estimate_but_with_more_flops_is_not_taken():
     # lattice-4x4x4 of bond 2: the other quick tree reconfigures to one
     # estimated 2% faster with 2.4x the FLOPs, which ran 1.4x slower
@@ -601,6 +605,7 @@ def test_a_quick_tree_that_beats_the_trials_is_reconfigured_as_without_them(
     assert found.trials == 3 and (found.path, found.time) == (many.path, many.time)
 
 
+@pytest.mark.slow
 def test_the_search_works_when_cotengra_hands_labels_to_cotengrust(monkeypatch):
     # cotengra runs its greedy trials through cotengrust when that is
     # installed, and cotengrust takes one-character labels only: int labels
@@ -655,6 +660,7 @@ def _raise(error):
     return lambda *args, **kwargs: (_ for _ in ()).throw(error)
 
 
+@pytest.mark.slow
 def test_an_annealed_tree_is_searched_only_where_the_best_tree_is_dear(monkeypatch):
     # Annealing pays on large dear networks (linkage_15: 10^13.4 -> 10^9.3
     # FLOPs); here it is made cheap, so that a 30-tensor network triggers it.
