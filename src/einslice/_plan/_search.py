@@ -83,7 +83,7 @@ Path = tuple[tuple[int, ...], ...]
 # The path finders optuna chooses between (registered with cotengra on use).
 METHODS = (kahypar.METHOD, "greedy", elimination.METHOD)
 # Bump when the search changes what it returns, so old disk entries are ignored.
-_VERSION = 8
+_VERSION = 9
 # cotengra's "size" is its largest intermediate; einslice's peak also counts
 # the operands of a step, its result and a possible transpose copy alive at
 # once: slice to this fraction of the limit's entries, chunk sizing grows back.
@@ -134,6 +134,20 @@ PLAN_RUNS = 10
 # such cheap trees end the search, so nothing else would improve them.
 QUICK_REPEAT_TENSORS = 2048
 QUICK_MAX_REPEATS = 32
+# Where none of those fits the limit, rule 0 tries opt_einsum's greedy order
+# and the fewest-FLOPs of OE_REPEAT_TENSORS / tensors (at most OE_MAX_REPEATS)
+# of its random-greedy orders (`oe_quick_paths`): its greedy cost ("memory-
+# removed", with jitter) keeps intermediates small where cotengra's does not.
+# On einsum-benchmark's networks at 256 MB: mera-likelihood-d2's cotengra
+# trees were 1.1 and 2.4 s estimated at 1.6-2.5 GB, so the search ran 7
+# trials for a sliced tree of 81 ms (80 ms a call), where opt_einsum's greedy
+# fits at 27 ms (10^9.17 FLOPs, 2 ms to find; reconfigured 9.4 ms, 17 ms a
+# call); randreg-60-d5-8's were 1.0-1.3 s over the limit, and 6 trials found
+# a sliced 166-263 ms (0.48 s a call) where 8 of opt_einsum's repeats find 80
+# ms unsliced (54 ms; reconfigured 19 ms, 58 ms a call). About 1 ms per
+# repeat per 10 tensors here: 25-100 ms in all.
+OE_REPEAT_TENSORS = 512
+OE_MAX_REPEATS = 8
 # One trial of cotengra's reference search (its default subtree
 # reconfiguration, slicing reconfigured per doubling of slices) took 5-6x one
 # of einslice's own trials here (randreg-60 bonds 5-8 at 256 MB: 6 trials 5.1
@@ -488,24 +502,16 @@ def _cached(
         and not cheap(runs * found.time, len(terms))
     ):
         # a quick tree no search could pay for or improve on, not cheap for
-        # ``runs`` runs: worth a reconfiguration (and of the other quick
-        # trees, where ``runs`` runs cost more than a trial:
-        # `reconfigures_others`)
-        others = ()
+        # ``runs`` runs: worth a reconfiguration; then the other quick trees'
+        # too, where ``runs`` runs of the reconfigured tree still cost more
+        # than that (`reconfigures_others`)
+        args = (terms, output, sizes, itemsize, limit, semiring, profile, given)
+        start = found.path
+        found = reconfigured(found, *args)
         if reconfigures_others(runs * found.time, len(terms)):
-            others = quick_paths(*_hashable(terms, output, sizes), seed)
-        found = reconfigured(
-            found,
-            terms,
-            output,
-            sizes,
-            itemsize,
-            limit,
-            semiring,
-            profile,
-            given,
-            others,
-        )
+            paths = quick_paths(*_hashable(terms, output, sizes), seed)
+            others = tuple(p for p in paths if p != start)
+            found = reconfigured(found, *args, others, own=False)
     return found
 
 
@@ -1125,25 +1131,27 @@ def _quick_trees(
 
     A hyper-optimizer trial costs far more than a greedy order (Segmentation_11,
     618 tables: 0.3 s a trial, mostly subtree reconfiguration, against 0.02 s),
-    so before any trial two greedy trees are costed, unsliced: cotengra's plain
-    greedy order and the best (by FLOPs) of `quick_repeats` seeded
-    random-greedy orders. When neither fits the limit, the faster is sliced
-    to fit (`_sliced_quick`). The quick tree ends the search where no search
+    so before any trial a few greedy trees are costed, unsliced: cotengra's
+    plain greedy order and the best (by FLOPs) of `quick_repeats` seeded
+    random-greedy orders; where neither fits the limit, opt_einsum's
+    (`oe_quick_paths`). When none fits, the faster of cotengra's is sliced to
+    fit (`_sliced_quick`). The quick tree ends the search where no search
     can pay for itself (`search_pays`, applied before the first trial; see
     `_cached`).
+
+    Why opt_einsum's only where cotengra's do not fit: its trees were
+    estimated faster elsewhere too but not always ran faster (randreg-100-d2-4,
+    einsum-benchmark: reconfigured, 1.94 against 1.88 ms estimated, with
+    fewer FLOPs, ran 5.1 against 3.5 ms a call, interleaved, load 1.8;
+    lattice-4x4x4-d2's, 17.7 against 45 ms with 8.7x the FLOPs, reconfigured
+    to 7.0 ms where cotengra's came to 1.7), while where cotengra's are over
+    the limit the alternative was a search's sliced tree (`OE_REPEAT_TENSORS`).
     """
-    best = fastest = None
-    for path in quick_paths(*_hashable(terms, output, sizes), seed):
-        # cached: the planner lays out and costs the chosen tree next
-        cost = estimate(
-            terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
-        )
-        if cost.peak_bytes <= memory_limit and (
-            best is None or cost.time < best[1].time
-        ):
-            best = path, cost
-        if fastest is None or cost.time < fastest[1].time:
-            fastest = path, cost
+    hashable = _hashable(terms, output, sizes)
+    network = (terms, output, sizes, itemsize, memory_limit, semiring, profile, given)
+    best, fastest = _best_fitting(quick_paths(*hashable, seed), *network)
+    if best is None:
+        best, _ = _best_fitting(oe_quick_paths(*hashable), *network)
     if best is None:
         assert fastest is not None
         return _sliced_quick(
@@ -1158,6 +1166,25 @@ def _quick_trees(
         trials=0,
         peak_bytes=cost.peak_bytes,
     )
+
+
+def _best_fitting(
+    paths, terms, output, sizes, itemsize, memory_limit, semiring, profile, given
+) -> tuple[tuple[Path, Cost] | None, tuple[Path, Cost] | None]:
+    """The fastest of ``paths`` that fits the limit (or None), and the fastest."""
+    best = fastest = None
+    for path in paths:
+        # cached: the planner lays out and costs the chosen tree next
+        cost = estimate(
+            terms, output, sizes, itemsize, semiring, path, {}, profile, True, given
+        )
+        if cost.peak_bytes <= memory_limit and (
+            best is None or cost.time < best[1].time
+        ):
+            best = path, cost
+        if fastest is None or cost.time < fastest[1].time:
+            fastest = path, cost
+    return best, fastest
 
 
 def _sliced_quick(
@@ -1200,15 +1227,16 @@ def reconfigured(
     profile,
     given,
     others: Sequence[Path] = (),
+    own: bool = True,
 ) -> Found:
     """``quick`` improved by cotengra's subtree reconfiguration, if that helps.
 
     Two reconfigurations of the whole tree (cotengra's ``subtree_reconfigure``
     minimizing its flops + write "combo" cost, and FLOPs alone: each wins on
-    some networks), of ``quick``'s tree and of each of ``others`` (rule 0's
-    other quick trees, `quick_paths`), costed by einslice's model; the
-    fastest of them and ``quick`` that fits the limit. Deterministic: no
-    random choices.
+    some networks), of ``quick``'s tree (unless not ``own``: reconfigured
+    already) and of each of ``others`` (rule 0's other quick trees,
+    `quick_paths`), costed by einslice's model; the fastest of them and
+    ``quick`` that fits the limit. Deterministic: no random choices.
 
     Why the others too: the quick tree that ranks first need not reconfigure
     best. On einsum-benchmark's randreg-50-d4-6 the plain greedy tree
@@ -1226,7 +1254,8 @@ def reconfigured(
 
     best = quick
     labels = labelled(terms, output, sizes)
-    for start in dict.fromkeys((quick.path, *others)):
+    starts = (quick.path, *others) if own else others
+    for start in dict.fromkeys(starts):
         other = start != quick.path
         tree = ContractionTree.from_path(*labels, path=start)
         for minimize in ("combo", "flops"):
@@ -1286,6 +1315,38 @@ def quick_paths(
     return tuple(dict.fromkeys(candidates))
 
 
+@lru_cache(maxsize=64)
+def oe_quick_paths(
+    terms: tuple[tuple[int, ...], ...],
+    output: tuple[int, ...],
+    sizes: tuple[int, ...],
+) -> tuple[Path, ...]:
+    """Rule 0's trees by opt_einsum: its greedy order and its best random-greedy one.
+
+    None from `RUST_GREEDY_MIN_TENSORS` tensors on (they run in Python only).
+    Distinct paths only; cached as `quick_paths`.
+
+    Example:
+        >>> oe_quick_paths(((0, 1), (1, 2), (2, 3)), (0, 3), (2, 2, 2, 2))
+        (((0, 1), (0, 1)),)
+    """
+    if len(terms) >= RUST_GREEDY_MIN_TENSORS:
+        return ()
+    from opt_einsum import paths
+
+    # int indices, not `labelled`'s strings: opt_einsum breaks ties in the
+    # order it iterates sets, which for strings varies with each process's
+    # hash seed (three processes, three trees); ints hash as themselves
+    sets, size_dict = [frozenset(t) for t in terms], dict(enumerate(sizes))
+    greedy = paths.greedy(sets, frozenset(output), size_dict)  # pyright: ignore[reportArgumentType]
+    repeats = max(1, min(OE_MAX_REPEATS, OE_REPEAT_TENSORS // max(len(terms), 1)))
+    candidates = (
+        _pairwise(*labelled(terms, output, sizes), greedy),
+        oe_random_greedy_path(terms, output, sizes, repeats),
+    )
+    return tuple(dict.fromkeys(candidates))
+
+
 def _hashable(terms, output, sizes):
     """``terms``, ``output`` and ``sizes`` as tuples (`quick_paths`' cache keys)."""
     return tuple(map(tuple, terms)), tuple(output), tuple(sizes)
@@ -1329,6 +1390,33 @@ def random_greedy_path(
         seed=seed,
     )
     return _pairwise(inputs, labels, size_dict, path)
+
+
+def oe_random_greedy_path(
+    terms: Sequence[tuple[int, ...]],
+    output: tuple[int, ...],
+    sizes: Sequence[int],
+    repeats: int,
+) -> Path:
+    """The fewest-FLOPs of ``repeats`` of opt_einsum's random-greedy orders.
+
+    The first is opt_einsum's plain greedy order; opt_einsum seeds each
+    repeat with its number, so the paths are the same on any machine (Python's
+    ``random`` state, which that seeding moves, is put back).
+
+    Example:
+        >>> oe_random_greedy_path([(0, 1), (1, 2), (2, 3)], (0, 3), [2, 2, 2, 2], 2)
+        ((0, 1), (0, 1))
+    """
+    from opt_einsum.path_random import RandomGreedy
+
+    sets, size_dict = [frozenset(t) for t in terms], dict(enumerate(sizes))
+    state = random.getstate()
+    try:  # (int indices: see `oe_quick_paths`)
+        path = RandomGreedy(max_repeats=repeats)(sets, frozenset(output), size_dict)  # pyright: ignore[reportArgumentType]
+    finally:
+        random.setstate(state)
+    return _pairwise(*labelled(terms, output, sizes), path)
 
 
 def greedy_path(
@@ -1468,23 +1556,26 @@ def search_pays(spend: float, n_terms: int, semiring: str = "sum") -> bool:
 
 
 def reconfigures_others(seconds: float, n_terms: int) -> bool:
-    """Whether runs of a quick tree (``seconds``) pay for reconfiguring the others.
+    """Whether runs of a reconfigured quick tree (``seconds``) pay for the others'.
 
     Reconfiguring one more quick tree (`reconfigured`'s ``others``, both
     objectives) took 0.42-0.55 s on einsum-benchmark's 50- and 64-tensor
     networks (2 cores, load 2-4), about two trials (`TRIAL_COST_PER_TENSOR`,
     ~5 ms per tensor measured), so it counts as `RECONFIGURE_TRIALS` trials
     and is done only when the tree's runs are estimated to cost at least
-    that. ``seconds`` is the quick tree's estimate before its own
-    reconfiguration (`_cached`): randreg-50 (10 runs of its 24.0 ms quick
-    tree against 167 ms) is reconfigured from both. So are lattice-4x4x4-d2
-    and random-hyper-50, whose reconfigured trees (1.7 and 16 ms) are too
-    fast to pay for it: their plans are unchanged and their planning took
-    2.2-2.5 s instead of 1.1-1.2 s and 1.96 s instead of 0.87 s (2026-12-07
-    17:50, load ~2). Judged on the reconfigured estimate instead, those two
-    are spared but peps-5x5 (suite) loses the other tree's (5.95 against
-    6.57 ms estimated; 18.5 against 26.4 ms measured): not changed until
-    that trade is measured.
+    that: what the others can save is at most those runs. ``seconds`` is
+    the quick tree's runs *after* its own reconfiguration (`_cached`):
+    randreg-50 (10 runs of 23.4 ms against 167 ms) is reconfigured from the
+    others (to 9.9 ms), lattice-4x4x4-d2 (1.7 ms) and random-hyper-50 (16
+    ms) are not. Judged on the quick tree before its reconfiguration they
+    were too (45 and ~40 ms), for the same trees after 2.2-2.5 s of planning
+    instead of 1.1-1.2 s, and 1.96 instead of 0.87 s (2026-12-07 17:50, load
+    ~2). The trade, measured: peps-5x5 (suite; 6.57 ms reconfigured, 66 ms
+    for ten runs against 83 ms for two trials) keeps its own tree, not the
+    other's (5.95 ms), planning in 0.29 s instead of 0.51 s (0.11 against
+    0.22 s in a warm process) for calls of 16.4 against 12.1 ms
+    (interleaved, load 1.9): it gains up to ~50 calls; past them growth's
+    searches can still find the other tree.
 
     Example:
         >>> reconfigures_others(0.234, 50), reconfigures_others(0.097, 52)
