@@ -144,8 +144,9 @@ QUICK_MAX_REPEATS = 32
 # fits at 27 ms (10^9.17 FLOPs, 2 ms to find; reconfigured 9.4 ms, 17 ms a
 # call); randreg-60-d5-8's were 1.0-1.3 s over the limit, and 6 trials found
 # a sliced 166-263 ms (0.48 s a call) where 8 of opt_einsum's repeats find 80
-# ms unsliced (54 ms; reconfigured 19 ms, 58 ms a call). About 1 ms per
-# repeat per 10 tensors here: 25-100 ms in all.
+# ms unsliced (54 ms; reconfigured 64 ms, and from cotengra's quick trees, as
+# `reconfigures_others` asks, 19 ms: 58 ms a call). About 1 ms per repeat per
+# 10 tensors here: 25-100 ms in all.
 OE_REPEAT_TENSORS = 512
 OE_MAX_REPEATS = 8
 # One trial of cotengra's reference search (its default subtree
@@ -503,8 +504,8 @@ def _cached(
     ):
         # a quick tree no search could pay for or improve on, not cheap for
         # ``runs`` runs: worth a reconfiguration; then the other quick trees'
-        # too, where ``runs`` runs of the reconfigured tree still cost more
-        # than that (`reconfigures_others`)
+        # too, where ``runs`` runs of the reconfigured tree still cost what
+        # that costs (`reconfigures_others`: what it can save at most)
         args = (terms, output, sizes, itemsize, limit, semiring, profile, given)
         start = found.path
         found = reconfigured(found, *args)
@@ -1400,9 +1401,10 @@ def oe_random_greedy_path(
 ) -> Path:
     """The fewest-FLOPs of ``repeats`` of opt_einsum's random-greedy orders.
 
-    The first is opt_einsum's plain greedy order; opt_einsum seeds each
-    repeat with its number, so the paths are the same on any machine (Python's
-    ``random`` state, which that seeding moves, is put back).
+    opt_einsum seeds each repeat with its number (the first chooses no
+    contraction at random, only its cost is jittered), so the paths are the
+    same on any machine; Python's ``random`` state, which that seeding moves,
+    is put back.
 
     Example:
         >>> oe_random_greedy_path([(0, 1), (1, 2), (2, 3)], (0, 3), [2, 2, 2, 2], 2)
