@@ -40,6 +40,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -99,7 +100,7 @@ def programs(
             if found is not None:  # (the tree, planned as growth would time it)
                 plan = einslice.plan(*args, memory_limit=limit, optimize=found.path)
                 trees.append((label, plan))
-    tree, _ = nets.cotengra_tree(network, limit, 4, seconds)
+    tree: Any = nets.cotengra_tree(network, limit, 4, seconds)[0]
     theirs = einslice.plan(*args, memory_limit=limit, optimize=tree.get_path())
     trees.append(("ctg", theirs))
     config = Config()
