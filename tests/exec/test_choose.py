@@ -77,15 +77,16 @@ def test_other_executors_are_offered_where_the_registry_says_they_run(monkeypatc
     assert [q.executor for q in offered] == ["einslice"]
 
 
-def test_many_step_plans_run_their_first_calls_on_the_host():
-    n = _choose.HOST_FIRST_MIN_STEPS + 1  # operands: as many steps less one
+@pytest.mark.parametrize("n", [2, 17])
+def test_plans_whose_walk_beats_their_compile_walk_their_first_calls(n):
+    # (any number of steps: issue 36's 12-matrix chain had 11)
     shapes = [(2, 2)] * (n + 1)
     subscripts = ",".join(f"{chr(97 + k)}{chr(98 + k)}" for k in range(n + 1))
-    long = einslice.plan(subscripts + f"->a{chr(98 + n)}", *shapes, optimize="greedy")
-    assert len(long.steps) >= _choose.HOST_FIRST_MIN_STEPS
-    assert _choose.host_first_seconds(long) == compile_seconds(long) > 0
-    short = einslice.plan(CHAIN, (2, 2), (2, 2), (2, 2))
-    assert _choose.pays_on_host(short) and _choose.host_first_seconds(short) == 0.0
+    p = einslice.plan(subscripts + f"->a{chr(98 + n)}", *shapes, optimize="greedy")
+    assert len(p.steps) == n and _choose.pays_on_host(p)
+    assert _choose.host_first_seconds(p) == compile_seconds(p) > 0
+    large = einslice.plan(CHAIN, *[(2048, 2048)] * 3)
+    assert not _choose.pays_on_host(large) and _choose.host_first_seconds(large) == 0
 
 
 def test_a_derivative_may_be_walked_where_its_value_would_compile():

@@ -42,8 +42,13 @@ def _reference(ops) -> float:
 
 @pytest.fixture
 def early(monkeypatch):
-    """Growth from the PLAN_RUNS-th call on, for any plan: fresh runners."""
+    """Growth from the PLAN_RUNS-th call on, for any plan: fresh runners.
+
+    Compiled from the first call (no host walk first: the ring's walk
+    beats its compile), so that growth times and paces compiled programs.
+    """
     monkeypatch.setattr(_grow, "least_search_cost", lambda n_terms: 0.0)
+    monkeypatch.setattr(_run, "host_first_seconds", lambda p, on_device=False: 0.0)
     monkeypatch.delenv("EINSLICE_GROW", raising=False)
     _run._top_level_run.cache_clear()
     yield

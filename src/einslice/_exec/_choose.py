@@ -14,7 +14,8 @@ The planner ranks plans (pure data); `choose` picks one and its executor
 
 Every host-vs-compile rule lives here, with the figures it uses: one value
 (`pays_on_host`), a value and its gradient (`host_grad_pays`), the first
-calls of a many-step plan (`host_first_seconds`), a graphical model's
+calls of a reused plan (`host_first_seconds`, `host_slow_seconds`) and
+whether its walk outlasts them (`keeps_host`, `host_kept_slow`), a graphical model's
 unplanned walk (`walk_pays`) and the run and compile time of its trees
 (`tree_seconds`). The executors estimate what they spend
 (``_executors.Estimate``: the compiled chain's compile from the device's
@@ -51,6 +52,7 @@ from .._plan._walk import walk_peak_bytes
 from . import _background, _tune
 from ._calibrate import current_profile, host_profile
 from ._executors import EXECUTORS, Executor, compile_seconds, transfer_seconds
+from ._grow import GROW_MIN_GAIN
 from ._host import host_seconds
 from ._host_grad import host_grad_peak_bytes, host_grad_seconds, host_grad_supported
 
@@ -59,25 +61,42 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 
 # -- the figures: what the rules below compare ------------------------------------
 
-# A plan of at least this many steps, called outside any trace, runs its first
-# calls in numpy (`host_first_seconds`). Its compile is then most of one call
-# (einsum-benchmark networks of 39-199 steps, 2 cores: compile 0.3-1.5 s, a
-# host walk 2-260 ms). Below it the compile is short and the compiled
-# program is jnp.einsum's kind of program, bit for bit the same on every call.
-# Small chains stay below it: a fresh 12-matrix chain (11 steps, compile
-# ~120-240 ms, walk estimated 6.3 ms) walked from 2 steps on lost at 10 and
-# 100 calls in 5 of 5 process pairs at load 9-10 (N=10: 0.42-0.65 s against
-# 0.14-0.39 s compiled at once; numpy's BLAS threads oversubscribed: ~40-60
-# ms a walk) and won the first call in 3 (0.09-0.11 s against 0.13-0.26 s).
-HOST_FIRST_MIN_STEPS = 16
-# A host call that takes this many times its estimate, plus HOST_SLOW_SECONDS
-# (a first call's one-off costs), ends the ski rental at once: the compile
-# starts in the background (`host_slow_seconds`). Other processes can
-# oversubscribe numpy's BLAS threads: at load 8-11 on 2 cores a 12-matrix
-# chain's walk (estimated 6.3 ms; 3-8 ms with one BLAS thread) took ~90 ms a
-# call, and opt_einsum on numpy 520 ms, while XLA's calls took 1-4 ms.
+# (A plan called outside any trace runs its first calls in numpy when one walk
+# is estimated to beat its compile, `host_first_seconds`: no step count.
+# Until 2026-12-07 only plans of 16 steps or more did. That gate's measurement:
+# a fresh 12-matrix chain (11 steps, compile ~120-240 ms, walk estimated 6.3
+# ms) walked from 2 steps on lost at 10 and 100 calls in 5 of 5 process pairs
+# at load 9-10 (N=10: 0.42-0.65 s against 0.14-0.39 s compiled at once;
+# numpy's BLAS threads oversubscribed: ~40-60 ms a walk) and won the first
+# call in 3 (0.09-0.11 s against 0.13-0.26 s). At load 2, fresh seed 7's
+# chain walks in 4 ms (opt_einsum on numpy 4 ms, XLA 5-8 ms, compile 60-100
+# ms): compiling at once lost 0.09x at one call and 0.28x at ten to
+# opt_einsum (benchmarks/results/networks_fresh.md, "Small chains"). A walk
+# that slow is now caught by its measured pace: `host_slow_seconds`.)
+# A host call that takes this many times the fastest walk so far (before
+# one: the walk's estimate), plus HOST_SLOW_SECONDS (a first call's one-off
+# costs), ends the ski rental at once: the compile starts in the background
+# (`host_slow_seconds`). Other processes can oversubscribe numpy's BLAS
+# threads: at load 8-11 on 2 cores a 12-matrix chain's walk (estimated 6.3 ms;
+# 3-8 ms with one BLAS thread) took ~90 ms a call, and opt_einsum on numpy
+# 520 ms, while XLA's calls took 1-4 ms; at load 2 the same walk took 4 ms
+# with spikes to 7-10 ms, and to 90 ms while another engineer's job ran.
 HOST_SLOW_FACTOR = 8.0
 HOST_SLOW_SECONDS = 0.01
+# A plan whose walk beat its compiled program in the trial after the compile
+# (`keeps_host`: `_grow.GROW_MIN_GAIN` faster, medians of interleaved calls)
+# keeps walking; a kept walk that takes more than HOST_KEPT_SLOWER times the
+# compiled program's median, HOST_KEPT_MISSES calls in a row, goes back to
+# the compiled program for good (BLAS threads oversubscribed by a job that
+# started later: the walk's ~10x slowdown above).
+HOST_KEPT_SLOWER = 1.5
+HOST_KEPT_MISSES = 3
+# That trial runs the program and the walk in blocks of this many calls in
+# turn, the first call of each block untimed: one call each in turn timed a
+# chain's program at 6-9 ms against 3.2-3.7 ms back to back (and its walk
+# at 5.5-6.5 against 4.5-5), and kept the walk, which then ran 30% slower
+# than the program would have (fresh seed 7's chain, load 2, 2026-12-07).
+HOST_TRIAL_BLOCK = 3
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
 # seconds per estimated second (``Cost.time``) of these "log" plans of small
 # tables (``_search.MEASURED_PER_ESTIMATED``, which the planning bound uses
@@ -238,37 +257,72 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     Ski rental: while the host runs so far (their transfers included) have
     cost less than compiling is estimated to (``_executors.compile_seconds``,
     this device's figures), the next call runs on the host too; after that
-    the plan is compiled. Zero (compile at once) for a plan of fewer than
-    `HOST_FIRST_MIN_STEPS` steps, or when one host run is not estimated to
-    beat the compile (`pays_on_host`; ``on_device``: the
+    the plan is compiled. Zero (compile at once) when one host run is not
+    estimated to beat the compile (`pays_on_host`; ``on_device``: the
     operands live on an accelerator, and the walk copies them). The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
     Example:
         >>> import einslice
-        >>> host_first_seconds(einslice.plan("ij,jk->ik", (2, 2), (2, 2)))
+        >>> host_first_seconds(einslice.plan("ij,jk->ik", (2, 2), (2, 2))) > 0
+        True
+        >>> host_first_seconds(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
         0.0
     """
-    if len(plan.steps) < HOST_FIRST_MIN_STEPS or not pays_on_host(plan, on_device):
+    if not pays_on_host(plan, on_device):
         return 0.0
     return compile_seconds(plan)
 
 
-def host_slow_seconds(plan: Plan) -> float:
+def host_slow_seconds(plan: Plan, fastest: float | None = None) -> float:
     """Seconds a host run of ``plan`` may take before the compile starts.
 
-    `HOST_SLOW_FACTOR` times the walk's estimate (``_host.host_seconds``)
-    plus `HOST_SLOW_SECONDS`: a run slower than that is not the run the
-    ski rental (`host_first_seconds`) weighed against the compile.
+    `HOST_SLOW_FACTOR` times the fastest walk so far (``fastest``; None:
+    the walk's estimate, ``_host.host_seconds``, if that is lower) plus
+    `HOST_SLOW_SECONDS`: a run slower than that is not the run the ski
+    rental (`host_first_seconds`) weighed against the compile.
 
     Example:
         >>> import einslice
         >>> p = einslice.plan("ij,jk,kl->il", (2, 2), (2, 2), (2, 2))
         >>> 0.01 < host_slow_seconds(p) < 0.02
         True
+        >>> host_slow_seconds(p, fastest=0.001)
+        0.018
     """
-    return HOST_SLOW_FACTOR * host_seconds(plan) + HOST_SLOW_SECONDS
+    walk = host_seconds(plan)
+    if fastest is not None:
+        walk = min(walk, fastest)
+    return HOST_SLOW_FACTOR * walk + HOST_SLOW_SECONDS
+
+
+def keeps_host(host: float, compiled: float) -> bool:
+    """Whether a plan keeps walking: its walk's median ``host`` s against ``compiled``.
+
+    The medians of the trial that follows the compile ending the ski rental
+    (``_run._TopLevelRun``): the walk is kept when it is
+    ``_grow.GROW_MIN_GAIN`` faster (numpy's BLAS on a matrix chain); a tie
+    goes to the compiled program, which is jnp.einsum's kind of program.
+
+    Example:
+        >>> keeps_host(0.004, 0.006), keeps_host(0.0059, 0.006)
+        (True, False)
+    """
+    return host <= (1 - GROW_MIN_GAIN) * compiled
+
+
+def host_kept_slow(seconds: float, compiled: float) -> bool:
+    """Whether a kept walk's call of ``seconds`` counts as a miss (`HOST_KEPT_MISSES`).
+
+    Slower than `HOST_KEPT_SLOWER` times the compiled program's median
+    (``compiled``, from the trial).
+
+    Example:
+        >>> host_kept_slow(0.004, 0.006), host_kept_slow(0.01, 0.006)
+        (False, True)
+    """
+    return seconds > HOST_KEPT_SLOWER * compiled
 
 
 def host_grad_pays(

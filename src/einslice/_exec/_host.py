@@ -31,6 +31,7 @@ import itertools
 import math
 import string
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from math import prod
@@ -58,6 +59,58 @@ from ._native import host_max_plus
 STEP_SECONDS = 40e-6
 ENTRY_SECONDS = 4e-9
 FLOP_SECONDS = 1 / 20e9
+
+
+# -- BLAS threads: the walk's matrix products may run on one --------------------
+
+# threadpoolctl's controller of the process's BLAS libraries, once made
+# (`prepare_one_thread`); [None]: threadpoolctl is not installed. numpy's
+# OpenBLAS threads busy-wait for each other: with another process on one of
+# 2 cores, a 12-matrix chain's walk took 88-92 ms with its 2 threads and
+# 7.3 ms with one (4 ms with 2 on idle cores; load 2.5, 2026-12-07), so a
+# reused plan's runner times both (``_run._TopLevelRun``).
+_BLAS: list = []
+
+
+def prepare_one_thread() -> None:
+    """Make the BLAS controller `one_blas_thread` uses (~10 ms, once a process)."""
+    if _BLAS:
+        return
+    try:
+        import threadpoolctl
+
+        made = threadpoolctl.ThreadpoolController().select(user_api="blas")
+    except Exception:  # (not installed, or a BLAS it does not know)
+        made = None
+    if not _BLAS:
+        _BLAS.append(made if made is not None and made.lib_controllers else None)
+
+
+def one_thread_state() -> str:
+    """Whether `one_blas_thread` can act: "ready", "none" or "unmade".
+
+    "none": no controller can be made; "unmade": `prepare_one_thread` has
+    not run yet.
+
+    Example:
+        >>> prepare_one_thread()
+        >>> one_thread_state() in ("ready", "none")
+        True
+    """
+    if not _BLAS:
+        return "unmade"
+    return "none" if _BLAS[0] is None else "ready"
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """Matrix products in this block run on one BLAS thread (when controllable)."""
+    control = _BLAS[0] if _BLAS else None
+    if control is None:
+        yield
+        return
+    with control.limit(limits=1):
+        yield
 
 
 def host_seconds(plan: Plan | HostWalk) -> float:
@@ -133,6 +186,8 @@ def run_on_host(plan: Plan | HostWalk, operands: Sequence) -> np.ndarray:
     ]
     ring = plan.ring
     chunks = dict(plan.chunks)
+    if not chunks:  # (one chunk: its result, copied, for it may be an operand)
+        return np.array(_chunk(plan, arrays), dtype, order="C")
     out = np.full([eq.sizes[i] for i in eq.output], ring.zero, dtype)
     ranges = [
         [slice(s, min(s + c, eq.sizes[i])) for s in range(0, eq.sizes[i], c)]
