@@ -84,7 +84,10 @@ def test_plans_whose_walk_beats_their_compile_walk_their_first_calls(n):
     subscripts = ",".join(f"{chr(97 + k)}{chr(98 + k)}" for k in range(n + 1))
     p = einslice.plan(subscripts + f"->a{chr(98 + n)}", *shapes, optimize="greedy")
     assert len(p.steps) == n and _choose.pays_on_host(p)
-    assert _choose.host_first_seconds(p) == compile_seconds(p) > 0
+    share = _choose.RENTAL_SUM_COMPILE_SHARE
+    assert _choose.host_first_seconds(p) == share * compile_seconds(p) > 0
+    log = einslice.plan(subscripts + f"->a{chr(98 + n)}", *shapes, semiring="log")
+    assert _choose.host_first_seconds(log) == compile_seconds(log)
     large = einslice.plan(CHAIN, *[(2048, 2048)] * 3)
     assert not _choose.pays_on_host(large) and _choose.host_first_seconds(large) == 0
 

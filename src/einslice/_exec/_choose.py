@@ -73,6 +73,15 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # ms): compiling at once lost 0.09x at one call and 0.28x at ten to
 # opt_einsum (benchmarks/results/networks_fresh.md, "Small chains"). A walk
 # that slow is now caught by its measured pace: `host_slow_seconds`.)
+# The share of the CPU profile's compile estimate (``Profile.compile_estimate``,
+# 0.03 s a step, measured on "log" plans of UAI networks) that a
+# "sum" plan's ski rental weighs its walks against: "sum" programs compile in
+# about a quarter of it (fresh seed 7's 12-matrix chain: 60-100 ms against
+# 330 ms; einsum-benchmark networks of 39-199 steps: 0.3-1.5 s, 7.5 ms a
+# step). At the whole estimate the chain walked ~60 calls before compiling
+# and its first 100 calls took 0.64-0.89 s, against 0.52-0.70 s compiled at
+# once (load 2-2.6).
+RENTAL_SUM_COMPILE_SHARE = 0.25
 # A host call that takes this many times the fastest walk so far (before
 # one: the walk's estimate), plus HOST_SLOW_SECONDS (a first call's one-off
 # costs), ends the ski rental at once: the compile starts in the background
@@ -256,8 +265,9 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
 
     Ski rental: while the host runs so far (their transfers included) have
     cost less than compiling is estimated to (``_executors.compile_seconds``,
-    this device's figures), the next call runs on the host too; after that
-    the plan is compiled. Zero (compile at once) when one host run is not
+    this device's figures; `RENTAL_SUM_COMPILE_SHARE` of them for a "sum"
+    plan on a CPU), the next call runs on the host too; after that the plan
+    is compiled. Zero (compile at once) when one host run is not
     estimated to beat the compile (`pays_on_host`; ``on_device``: the
     operands live on an accelerator, and the walk copies them). The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
@@ -272,7 +282,9 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     """
     if not pays_on_host(plan, on_device):
         return 0.0
-    return compile_seconds(plan)
+    cpu_sum = plan.semiring == "sum" and not on_device  # (what was measured)
+    share = RENTAL_SUM_COMPILE_SHARE if cpu_sum else 1.0
+    return share * compile_seconds(plan)
 
 
 def host_slow_seconds(plan: Plan, fastest: float | None = None) -> float:
