@@ -73,6 +73,10 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # ms): compiling at once lost 0.09x at one call and 0.28x at ten to
 # opt_einsum (benchmarks/results/networks_fresh.md, "Small chains"). A walk
 # that slow is now caught by its measured pace: `host_slow_seconds`.)
+# On an accelerator (operands copied to the host and back), only plans of at
+# least this many steps walk their first calls: the rule the CPU had until
+# 2026-12-07 (above), kept where the walk of a short plan was not measured.
+DEVICE_HOST_FIRST_MIN_STEPS = 16
 # The share of the CPU profile's compile estimate (``Profile.compile_estimate``,
 # 0.03 s a step, measured on "log" plans of UAI networks) that a
 # "sum" plan's ski rental weighs its walks against: "sum" programs compile in
@@ -269,7 +273,9 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     plan on a CPU), the next call runs on the host too; after that the plan
     is compiled. Zero (compile at once) when one host run is not
     estimated to beat the compile (`pays_on_host`; ``on_device``: the
-    operands live on an accelerator, and the walk copies them). The caller
+    operands live on an accelerator, and the walk copies them), and on an
+    accelerator for a plan of fewer than `DEVICE_HOST_FIRST_MIN_STEPS`
+    steps. The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
@@ -280,6 +286,8 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
         >>> host_first_seconds(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
         0.0
     """
+    if on_device and len(plan.steps) < DEVICE_HOST_FIRST_MIN_STEPS:
+        return 0.0
     if not pays_on_host(plan, on_device):
         return 0.0
     cpu_sum = plan.semiring == "sum" and not on_device  # (what was measured)
