@@ -609,7 +609,9 @@ def test_one_shot_values_run_on_the_host_and_agree_with_the_compiled_plan(
     model = read_uai(DATA / name)
     compiled = {}
     for fn in (log_partition, map_value):
-        monkeypatch.setattr(_choose, "pays_on_host", lambda plan: False)
+        monkeypatch.setattr(
+            _choose, "pays_on_host", lambda plan, on_device=False: False
+        )
         compiled[fn] = fn(model, evidence, dtype="float64")
         monkeypatch.undo()
 

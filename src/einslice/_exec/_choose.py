@@ -61,9 +61,10 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 
 # -- the figures: what the rules below compare ------------------------------------
 
-# (A plan called outside any trace runs its first calls in numpy when one walk
-# is estimated to beat its compile, `host_first_seconds`: no step count.
-# Until 2026-12-07 only plans of 16 steps or more did. That gate's measurement:
+# (A "sum" plan called outside any trace on a CPU runs its first calls in
+# numpy when one walk is estimated to beat its compile, `host_first_seconds`,
+# whatever its step count. Until 2026-12-07 only plans of 16 steps or more
+# did. That gate's measurement:
 # a fresh 12-matrix chain (11 steps, compile ~120-240 ms, walk estimated 6.3
 # ms) walked from 2 steps on lost at 10 and 100 calls in 5 of 5 process pairs
 # at load 9-10 (N=10: 0.42-0.65 s against 0.14-0.39 s compiled at once;
@@ -73,10 +74,13 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # ms): compiling at once lost 0.09x at one call and 0.28x at ten to
 # opt_einsum (benchmarks/results/networks_fresh.md, "Small chains"). A walk
 # that slow is now caught by its measured pace: `host_slow_seconds`.)
-# On an accelerator (operands copied to the host and back), only plans of at
-# least this many steps walk their first calls: the rule the CPU had until
-# 2026-12-07 (above), kept where the walk of a short plan was not measured.
-DEVICE_HOST_FIRST_MIN_STEPS = 16
+# Plans of fewer steps walk their first calls only in the "sum" semiring and
+# on a CPU: the rule all had until 2026-12-07 (above) stays on an
+# accelerator (operands copied to the host and back: not measured) and for
+# the other semirings, whose numpy walk differs from XLA's program at
+# infinities beside empty sums (5 tests of "log", "max" and "min" einsums
+# failed when their short plans walked).
+HOST_FIRST_MIN_STEPS = 16
 # The share of the CPU profile's compile estimate (``Profile.compile_estimate``,
 # 0.03 s a step, measured on "log" plans of UAI networks) that a
 # "sum" plan's ski rental weighs its walks against: "sum" programs compile in
@@ -273,9 +277,9 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     plan on a CPU), the next call runs on the host too; after that the plan
     is compiled. Zero (compile at once) when one host run is not
     estimated to beat the compile (`pays_on_host`; ``on_device``: the
-    operands live on an accelerator, and the walk copies them), and on an
-    accelerator for a plan of fewer than `DEVICE_HOST_FIRST_MIN_STEPS`
-    steps. The caller
+    operands live on an accelerator, and the walk copies them), and for a
+    plan of fewer than `HOST_FIRST_MIN_STEPS` steps unless it is a "sum"
+    plan on a CPU. The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
@@ -286,7 +290,8 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
         >>> host_first_seconds(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
         0.0
     """
-    if on_device and len(plan.steps) < DEVICE_HOST_FIRST_MIN_STEPS:
+    short = len(plan.steps) < HOST_FIRST_MIN_STEPS
+    if short and (on_device or plan.semiring != "sum"):
         return 0.0
     if not pays_on_host(plan, on_device):
         return 0.0
