@@ -14,8 +14,7 @@ The planner ranks plans (pure data); `choose` picks one and its executor
 
 Every host-vs-compile rule lives here, with the figures it uses: one value
 (`pays_on_host`), a value and its gradient (`host_grad_pays`), the first
-calls of a reused plan (`host_first_seconds`, `host_slow_seconds`) and
-whether its walk outlasts them (`keeps_host`, `host_kept_slow`), a graphical model's
+calls of a reused plan (`host_first_seconds`, `host_slow_seconds`), a graphical model's
 unplanned walk (`walk_pays`) and the run and compile time of its trees
 (`tree_seconds`). The executors estimate what they spend
 (``_executors.Estimate``: the compiled chain's compile from the device's
@@ -52,7 +51,6 @@ from .._plan._walk import walk_peak_bytes
 from . import _background, _tune
 from ._calibrate import current_profile, host_profile
 from ._executors import EXECUTORS, Executor, compile_seconds, transfer_seconds
-from ._grow import GROW_MIN_GAIN
 from ._host import host_seconds
 from ._host_grad import host_grad_peak_bytes, host_grad_seconds, host_grad_supported
 
@@ -100,20 +98,6 @@ RENTAL_SUM_COMPILE_SHARE = 0.25
 # with spikes to 7-10 ms, and to 90 ms while another engineer's job ran.
 HOST_SLOW_FACTOR = 8.0
 HOST_SLOW_SECONDS = 0.01
-# A plan whose walk beat its compiled program in the trial after the compile
-# (`keeps_host`: `_grow.GROW_MIN_GAIN` faster, medians of interleaved calls)
-# keeps walking; a kept walk that takes more than HOST_KEPT_SLOWER times the
-# compiled program's median, HOST_KEPT_MISSES calls in a row, goes back to
-# the compiled program for good (BLAS threads oversubscribed by a job that
-# started later: the walk's ~10x slowdown above).
-HOST_KEPT_SLOWER = 1.5
-HOST_KEPT_MISSES = 3
-# That trial runs the program and the walk in blocks of this many calls in
-# turn, the first call of each block untimed: one call each in turn timed a
-# chain's program at 6-9 ms against 3.2-3.7 ms back to back (and its walk
-# at 5.5-6.5 against 4.5-5), and kept the walk, which then ran 30% slower
-# than the program would have (fresh seed 7's chain, load 2, 2026-12-07).
-HOST_TRIAL_BLOCK = 3
 # Graphical models' trees (``pgm``'s choice among merged variants): measured
 # seconds per estimated second (``Cost.time``) of these "log" plans of small
 # tables (``_search.MEASURED_PER_ESTIMATED``, which the planning bound uses
@@ -320,34 +304,6 @@ def host_slow_seconds(plan: Plan, fastest: float | None = None) -> float:
     if fastest is not None:
         walk = min(walk, fastest)
     return HOST_SLOW_FACTOR * walk + HOST_SLOW_SECONDS
-
-
-def keeps_host(host: float, compiled: float) -> bool:
-    """Whether a plan keeps walking: its walk's median ``host`` s against ``compiled``.
-
-    The medians of the trial that follows the compile ending the ski rental
-    (``_run._TopLevelRun``): the walk is kept when it is
-    ``_grow.GROW_MIN_GAIN`` faster (numpy's BLAS on a matrix chain); a tie
-    goes to the compiled program, which is jnp.einsum's kind of program.
-
-    Example:
-        >>> keeps_host(0.004, 0.006), keeps_host(0.0059, 0.006)
-        (True, False)
-    """
-    return host <= (1 - GROW_MIN_GAIN) * compiled
-
-
-def host_kept_slow(seconds: float, compiled: float) -> bool:
-    """Whether a kept walk's call of ``seconds`` counts as a miss (`HOST_KEPT_MISSES`).
-
-    Slower than `HOST_KEPT_SLOWER` times the compiled program's median
-    (``compiled``, from the trial).
-
-    Example:
-        >>> host_kept_slow(0.004, 0.006), host_kept_slow(0.01, 0.006)
-        (False, True)
-    """
-    return seconds > HOST_KEPT_SLOWER * compiled
 
 
 def host_grad_pays(

@@ -364,9 +364,7 @@ class Trial:
         config: the calls the programs were compiled for (others run the
             held program untimed).
         growth: the `Growth` so far (search, budget, compiles): the runner
-            completes it with the timings and its `choice`; None: the
-            runner's trial of its compiled program against the host walk
-            (``_run._TopLevelRun``, after the ski rental).
+            completes it with the timings and its `choice`.
         spent: the runner's ``spent`` when the growth started.
         dropped: the indices of the candidates dropped.
     """
@@ -376,7 +374,7 @@ class Trial:
         plans: Sequence[Plan],
         programs: Sequence[Callable],
         config: Config,
-        growth: Growth | None,
+        growth: Growth,
         spent: float,
     ) -> None:
         self.plans = tuple(plans)

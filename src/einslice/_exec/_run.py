@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import statistics
 import threading
 import time
 import warnings
@@ -25,15 +24,7 @@ from .._errors import EinsliceError
 from .._plan._planner import grown_request
 from .._plan._types import Plan, register_runner
 from . import _background, _grow, _host
-from ._choose import (
-    HOST_KEPT_MISSES,
-    HOST_TRIAL_BLOCK,
-    Later,
-    host_first_seconds,
-    host_kept_slow,
-    host_slow_seconds,
-    keeps_host,
-)
+from ._choose import Later, host_first_seconds, host_slow_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, executor_of
 from ._grow import Growth, Trial
@@ -194,7 +185,7 @@ class _Stage:
         plan: the plan held (the caller's, or a grown one).
         program: its compiled program (jitted `_run_impl`, with options).
         host: whether calls that the host walk can match run it instead
-            (the ski rental's first calls, or a walk that won its trial).
+            (the ski rental's first calls).
         optimized: whether ``program`` is the optimized one (no recompile due).
         trial: a growth's timing (`_grow.Trial`): calls of its config run it.
     """
@@ -217,17 +208,6 @@ class _TopLevelRun:
     at once); then the compile-time program, and the optimized one from its
     `OPTIMIZE_AFTER_CALLS`-th compiled call on (the same program when the
     plan is not cheap).
-
-    **A walk that beats the program keeps running** (numpy's BLAS on a
-    matrix chain: issue 36). The compile that ends the ski rental is
-    followed by a trial on the next calls (`_grow.Trial`: the program and
-    the walk in turn, in blocks of `_choose.HOST_TRIAL_BLOCK` calls,
-    medians): the runner keeps walking when the walk is
-    faster (`_choose.keeps_host`), and goes back to the program, for good,
-    once `_choose.HOST_KEPT_MISSES` walks in a row are far slower than the
-    program was (`_choose.host_kept_slow`: other processes took the BLAS
-    threads' cores). A growth's trial then times the walk as the held
-    plan's program.
 
     **No call waits for work it did not ask for.** The compile that ends the
     host walk, the optimized recompile and growth (searches, in a child
@@ -279,11 +259,6 @@ class _TopLevelRun:
         host = self.host_budget > 0 and EXECUTORS["host"].runs(p)
         self.host_slow = host_slow_seconds(p) if host else 0.0
         self.host_fastest = math.inf  # the fastest host run so far
-        # the compiled program's median while a walk that won its trial is
-        # kept (None: no walk kept), and the kept walk's slow calls in a row
-        self.host_kept: float | None = None
-        self.host_misses = 0
-        self.host_trial: tuple[float, float] | None = None  # (program, walk) medians
         # the fastest walk on BLAS's own threads (False) and on one (True),
         # and the one the walks take (None: not decided yet, `_walk`)
         self.host_best = {False: math.inf, True: math.inf}
@@ -317,8 +292,8 @@ class _TopLevelRun:
         """Whether the next call runs the program every later call runs."""
         stage = self.stage
         return (
-            (not stage.host or self.host_kept is not None)
-            and (stage.optimized or stage.host)
+            not stage.host
+            and stage.optimized
             and stage.trial is None
             and self.grow_at is None
             and not self.busy.locked()
@@ -345,10 +320,6 @@ class _TopLevelRun:
             self._submit(partial(self._grow, self.top_calls, self.spent), config, args)
         if stage.host and _host_call(stage.plan, config, args):
             out, seconds = self._walk(stage.plan, config, args)
-            kept = self.host_kept
-            if kept is not None:  # (the walk won its trial: watch its pace)
-                self._watch(stage, seconds, kept)
-                return _on_device(out)
             self.host_spent += seconds
             if (
                 # (a run far slower than the fastest, numpy's BLAS threads
@@ -416,16 +387,6 @@ class _TopLevelRun:
         self.host_single = one < own
         return self.host_single
 
-    def _watch(self, stage: _Stage, seconds: float, compiled: float) -> None:
-        """Count a kept walk's slow call; back to the program after enough."""
-        if not host_kept_slow(seconds, compiled):
-            self.host_misses = 0
-            return
-        self.host_misses += 1
-        if self.host_misses >= HOST_KEPT_MISSES and self.stage is stage:
-            self.host_kept = None  # (its program is compiled: the trial ran it)
-            self.stage = dataclasses.replace(stage, host=False)
-
     def _paced(self, stage: _Stage, config: Config, args: tuple):
         """A call timed (waited for) to learn the held plan's pace (`_grow.pace`)."""
         start = time.perf_counter()
@@ -459,22 +420,15 @@ class _TopLevelRun:
             self.busy.release()
 
     def _compile(self, config: Config, args: tuple) -> None:
-        """End the ski rental: compile the held program, then time it and the walk."""
+        """End the host walk: compile the held program, then run it."""
         stage = self.stage
         try:
             _compiled(stage.program, stage.plan, config, args)
         except _background.Exiting:
             raise
         except Exception:  # (a call compiles it, and raises what is wrong)
-            self.stage = dataclasses.replace(self.stage, host=False)
-            return
-        # (blocks of HOST_TRIAL_BLOCK calls: the program's, then the walk's)
-        block = HOST_TRIAL_BLOCK
-        programs = (stage.program,) * block + (
-            _HostProgram(stage.program, self),
-        ) * block
-        trial = Trial((stage.plan,) * 2 * block, programs, config, None, self.spent)
-        self.stage = dataclasses.replace(self.stage, host=False, trial=trial)
+            pass
+        self.stage = dataclasses.replace(self.stage, host=False)
 
     def _optimize(self, config: Config, args: tuple) -> None:
         """Compile the optimized program (`OPTIMIZE_AFTER_CALLS`), then run it."""
@@ -497,7 +451,6 @@ class _TopLevelRun:
         """
         program = _background.jax_work(lambda: _optimized(chosen))
         _compiled(program, chosen, config, args)
-        self.host_kept = None
         self.stage = _Stage(chosen, program, False, True)
 
     def _grow(self, calls: int, spent: float, config: Config, args: tuple) -> None:
@@ -546,8 +499,6 @@ class _TopLevelRun:
         if len(plans) == 1:
             self._grown(growth, spent)
         else:
-            if self.host_kept is not None:  # (the held plan runs on the host)
-                programs[0] = _HostProgram(programs[0], self)
             trial = Trial(plans, programs, config, growth, spent)
             self.stage = dataclasses.replace(self.stage, trial=trial)
 
@@ -559,16 +510,6 @@ class _TopLevelRun:
             trial = stage.trial
             if trial is None or self.stage is not stage:  # (decided already)
                 return
-            if trial.growth is None:  # (the walk's trial, after the rental)
-                program, walk = _block_medians(trial)
-                walks = range(HOST_TRIAL_BLOCK, 2 * HOST_TRIAL_BLOCK)
-                keep = not trial.dropped.intersection(walks) and keeps_host(
-                    walk, program
-                )
-                self.host_trial = (program, walk)
-                self.host_kept = program if keep else None
-                self.stage = dataclasses.replace(stage, host=keep, trial=None)
-                return
             k = trial.choice()
             self.tried.update(map(_grow.program_key, trial.plans[1:]))
             growth = dataclasses.replace(
@@ -577,16 +518,9 @@ class _TopLevelRun:
                 timed=trial.medians(),
                 chosen=trial.plans[k].cost.time,
             )
-            # the programs timed are optimized (no recompile); the held plan
-            # keeps its walk if it won one (`_HostProgram`)
-            chosen = trial.programs[k]
-            host = isinstance(chosen, _HostProgram)
-            if not host:
-                self.host_kept = None
-            program = chosen.compiled if isinstance(chosen, _HostProgram) else chosen
-            self.stage = _Stage(trial.plans[k], program, host, True)
-            if not host:
-                self.pace = _grow.pace(trial.plans[k], growth.timed[k])
+            # the programs timed are optimized: no recompile, no host walk
+            self.stage = _Stage(trial.plans[k], trial.programs[k], False, True)
+            self.pace = _grow.pace(trial.plans[k], growth.timed[k])
             self._grown(growth, trial.spent)
         finally:
             self._deciding.release()
@@ -598,32 +532,6 @@ class _TopLevelRun:
         more = _grow.grows_again(growth, self.fruitless, self.plan, spent / self.pace)
         self.grow_at = 2 * spent if more else None
         self.growths.append(growth)
-
-
-def _block_medians(trial: Trial) -> tuple[float, float]:
-    """The program's and the walk's medians of a host trial, blocks' first calls out."""
-    block = HOST_TRIAL_BLOCK
-    program = [t for k in range(1, block) for t in trial.times[k]]
-    walk = [t for k in range(block + 1, 2 * block) for t in trial.times[k]]
-    return statistics.median(program), statistics.median(walk or [math.inf])
-
-
-class _HostProgram:
-    """The host walk as a trial's program: ``compiled`` where the walk cannot run.
-
-    A call the walk cannot match (`_host_call`: a weakly typed result, say)
-    runs the compiled program it stands beside; the walk runs as the
-    runner's do (`_TopLevelRun._walk`).
-    """
-
-    def __init__(self, compiled: Callable, runner: _TopLevelRun) -> None:
-        self.compiled = compiled
-        self.runner = runner
-
-    def __call__(self, p: Plan, config: Config, *args) -> jax.Array:
-        if not _host_call(p, config, args):
-            return self.compiled(p, config, *args)
-        return _on_device(self.runner._walk(p, config, args)[0])
 
 
 def _optimized(p: Plan) -> Callable:
