@@ -59,25 +59,25 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 
 # -- the figures: what the rules below compare ------------------------------------
 
-# (A "sum" plan called outside any trace on a CPU runs its first calls in
-# numpy when one walk is estimated to beat its compile, `host_first_seconds`,
-# whatever its step count. Until 2026-12-07 only plans of 16 steps or more
-# did. That gate's measurement:
-# a fresh 12-matrix chain (11 steps, compile ~120-240 ms, walk estimated 6.3
-# ms) walked from 2 steps on lost at 10 and 100 calls in 5 of 5 process pairs
-# at load 9-10 (N=10: 0.42-0.65 s against 0.14-0.39 s compiled at once;
-# numpy's BLAS threads oversubscribed: ~40-60 ms a walk) and won the first
-# call in 3 (0.09-0.11 s against 0.13-0.26 s). At load 2, fresh seed 7's
-# chain walks in 4 ms (opt_einsum on numpy 4 ms, XLA 5-8 ms, compile 60-100
-# ms): compiling at once lost 0.09x at one call and 0.28x at ten to
-# opt_einsum (benchmarks/results/networks_fresh.md, "Small chains"). A walk
-# that slow is now caught by its measured pace: `host_slow_seconds`.)
-# Plans of fewer steps walk their first calls only in the "sum" semiring and
-# on a CPU: the rule all had until 2026-12-07 (above) stays on an
-# accelerator (operands copied to the host and back: not measured) and for
-# the other semirings, whose numpy walk differs from XLA's program at
-# infinities beside empty sums (5 tests of "log", "max" and "min" einsums
-# failed when their short plans walked).
+# A plan called outside any trace runs its first calls in numpy when one walk
+# is estimated to beat its compile (`host_first_seconds`): a "sum" plan on a
+# CPU whatever its step count, others only from this many steps on. Until
+# 2026-12-07 the step count held for all, on this measurement: a fresh
+# 12-matrix chain (11 steps, compile ~120-240 ms, walk estimated 6.3 ms)
+# walked from 2 steps on lost at 10 and 100 calls in 5 of 5 process pairs at
+# load 9-10 (N=10: 0.42-0.65 s against 0.14-0.39 s compiled at once; numpy's
+# BLAS threads oversubscribed: ~40-60 ms a walk) and won the first call in 3
+# (0.09-0.11 s against 0.13-0.26 s). At load 0.5-2.3, fresh seed 7's chain
+# walks in 4 ms (opt_einsum on numpy 4 ms, XLA 4-8 ms, compile 60-100 ms);
+# compiled at once it lost 0.09x and 0.28x to opt_einsum at 1 and 10 calls,
+# walked first 0.62x and 0.67x; its first 100 calls cost 573 ms against 528
+# compiled at once (benchmarks/results/networks_fresh.md, "Small chains").
+# Slow walks now end the rental by their measured pace (`host_slow_seconds`)
+# and take one BLAS thread where that times faster (``_run``). The step count
+# stays on an accelerator (operands copied to the host and back: not
+# measured) and for the other semirings, whose numpy walk differs from XLA's
+# program at infinities beside empty sums (5 tests of "log", "max" and "min"
+# einsums failed when their short plans walked).
 HOST_FIRST_MIN_STEPS = 16
 # The share of the CPU profile's compile estimate (``Profile.compile_estimate``,
 # 0.03 s a step, measured on "log" plans of UAI networks) that a
