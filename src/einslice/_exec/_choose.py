@@ -60,8 +60,8 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # -- the figures: what the rules below compare ------------------------------------
 
 # A plan called outside any trace runs its first calls in numpy when one walk
-# is estimated to beat its compile (`host_first_seconds`): a "sum" plan on a
-# CPU whatever its step count, others only from this many steps on. Until
+# is estimated to beat its compile (`host_first_seconds`): a "sum" plan
+# whatever its step count, others only from this many steps on. Until
 # 2026-12-07 the step count held for all, on this measurement: a fresh
 # 12-matrix chain (11 steps, compile ~120-240 ms, walk estimated 6.3 ms)
 # walked from 2 steps on lost at 10 and 100 calls in 5 of 5 process pairs at
@@ -73,11 +73,16 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # walked first 0.62x and 0.67x; its first 100 calls cost 573 ms against 528
 # compiled at once (benchmarks/results/networks_fresh.md, "Small chains").
 # Slow walks now end the rental by their measured pace (`host_slow_seconds`)
-# and take one BLAS thread where that times faster (``_run``). The step count
-# stays on an accelerator (operands copied to the host and back: not
-# measured) and for the other semirings, whose numpy walk differs from XLA's
-# program at infinities beside empty sums (5 tests of "log", "max" and "min"
-# einsums failed when their short plans walked).
+# and take one BLAS thread where that times faster (``_run``). On a TPU v5e
+# (operands on the chip, copied to the host and back; 2026-12-07,
+# benchmarks/short_walk.py, fresh interpreters, medians of 3)
+# short "sum" plans walked first win at every horizon measured: seed 7's
+# chain 20/35/145 ms at 1/10/100 calls against 180/186/236 compiled at once
+# (jnp.einsum 296/309/426), seed 11's 25/41/169 against 206/212/262, so the
+# accelerator follows the CPU's rule. The step count stays for the other
+# semirings, whose numpy walk differs from XLA's program at infinities
+# beside empty sums (5 tests of "log", "max" and "min" einsums failed when
+# their short plans walked).
 HOST_FIRST_MIN_STEPS = 16
 # The share of the CPU profile's compile estimate (``Profile.compile_estimate``,
 # 0.03 s a step, measured on "log" plans of UAI networks) that a
@@ -263,7 +268,7 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     estimated to beat the compile (`pays_on_host`; ``on_device``: the
     operands live on an accelerator, and the walk copies them), and for a
     plan of fewer than `HOST_FIRST_MIN_STEPS` steps unless it is a "sum"
-    plan on a CPU. The caller
+    plan. The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
@@ -274,8 +279,7 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
         >>> host_first_seconds(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
         0.0
     """
-    short = len(plan.steps) < HOST_FIRST_MIN_STEPS
-    if short and (on_device or plan.semiring != "sum"):
+    if len(plan.steps) < HOST_FIRST_MIN_STEPS and plan.semiring != "sum":
         return 0.0
     if not pays_on_host(plan, on_device):
         return 0.0
