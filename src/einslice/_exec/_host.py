@@ -64,11 +64,12 @@ FLOP_SECONDS = 1 / 20e9
 # -- BLAS threads: the walk's matrix products may run on one --------------------
 
 # threadpoolctl's controller of the process's BLAS libraries, once made
-# (`prepare_one_thread`); [None]: threadpoolctl is not installed. numpy's
-# OpenBLAS threads busy-wait for each other: with another process on one of
-# 2 cores, a 12-matrix chain's walk took 88-92 ms with its 2 threads and
-# 7.3 ms with one (4 ms with 2 on idle cores; load 2.5, 2026-12-07), so a
-# reused plan's runner times both (``_run._TopLevelRun``).
+# (`prepare_one_thread`); [None]: none it can control (a BLAS threadpoolctl
+# does not know, or threadpoolctl missing). numpy's OpenBLAS threads
+# busy-wait for each other: with another process on one of 2 cores, a
+# 12-matrix chain's walk took 88-92 ms with its 2 threads and 7.3 ms with
+# one (4 ms with 2 on idle cores; load 2.5, 2026-12-07), so a reused plan's
+# runner times both (``_run._TopLevelRun``).
 _BLAS: list = []
 
 
