@@ -91,7 +91,11 @@ HOST_FIRST_MIN_STEPS = 16
 # 330 ms; einsum-benchmark networks of 39-199 steps: 0.3-1.5 s, 7.5 ms a
 # step). At the whole estimate the chain walked ~60 calls before compiling
 # and its first 100 calls took 0.64-0.89 s, against 0.52-0.70 s compiled at
-# once (load 2-2.6).
+# once (load 2-2.6). Only for plans of fewer than HOST_FIRST_MIN_STEPS
+# steps: on fresh seed 7's 81-tensor lattice (80 steps) the share started
+# the compile at call ~45, and the walks beside it ran at 13-35 ms instead
+# of 8-14 (the compile holds a core and the interpreter): 2.8-3.0 s for the
+# first 100 calls against 1.8-1.95 s at the whole estimate (load 1.2-1.6).
 RENTAL_SUM_COMPILE_SHARE = 0.25
 # A host call that takes this many times the fastest walk so far (before
 # one: the walk's estimate), plus HOST_SLOW_SECONDS (a first call's one-off
@@ -262,8 +266,8 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
 
     Ski rental: while the host runs so far (their transfers included) have
     cost less than compiling is estimated to (``_executors.compile_seconds``,
-    this device's figures; `RENTAL_SUM_COMPILE_SHARE` of them for a "sum"
-    plan on a CPU), the next call runs on the host too; after that the plan
+    this device's figures; `RENTAL_SUM_COMPILE_SHARE` of them for a short
+    "sum" plan on a CPU), the next call runs on the host too; after that the plan
     is compiled. Zero (compile at once) when one host run is not
     estimated to beat the compile (`pays_on_host`; ``on_device``: the
     operands live on an accelerator, and the walk copies them), and for a
@@ -283,7 +287,8 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
         return 0.0
     if not pays_on_host(plan, on_device):
         return 0.0
-    cpu_sum = plan.semiring == "sum" and not on_device  # (what was measured)
+    short = len(plan.steps) < HOST_FIRST_MIN_STEPS
+    cpu_sum = plan.semiring == "sum" and not on_device and short  # (measured)
     share = RENTAL_SUM_COMPILE_SHARE if cpu_sum else 1.0
     return share * compile_seconds(plan)
 
