@@ -283,13 +283,11 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
         >>> host_first_seconds(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
         0.0
     """
-    if len(plan.steps) < HOST_FIRST_MIN_STEPS and plan.semiring != "sum":
-        return 0.0
-    if not pays_on_host(plan, on_device):
-        return 0.0
     short = len(plan.steps) < HOST_FIRST_MIN_STEPS
-    cpu_sum = plan.semiring == "sum" and not on_device and short  # (measured)
-    share = RENTAL_SUM_COMPILE_SHARE if cpu_sum else 1.0
+    if (short and plan.semiring != "sum") or not pays_on_host(plan, on_device):
+        return 0.0
+    # (a short plan here is a "sum" one; the share was measured on a CPU)
+    share = RENTAL_SUM_COMPILE_SHARE if short and not on_device else 1.0
     return share * compile_seconds(plan)
 
 

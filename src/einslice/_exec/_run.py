@@ -259,7 +259,6 @@ class _TopLevelRun:
         # (calls check the rest: `_host_call`)
         host = self.host_budget > 0 and EXECUTORS["host"].runs(p)
         self.host_slow = host_slow_seconds(p) if host else 0.0
-        self.host_fastest = math.inf  # the fastest host run so far
         # the fastest walk on BLAS's own threads (False) and on one (True),
         # and the one the walks take (None: not decided yet, `_walk`)
         self.host_best = {False: math.inf, True: math.inf}
@@ -330,8 +329,7 @@ class _TopLevelRun:
                 and self.busy.acquire(blocking=False)
             ):
                 self._submit(self._compile, config, args)
-            if seconds < self.host_fastest:
-                self.host_fastest = seconds
+            if seconds <= min(self.host_best.values()):  # (the fastest so far)
                 self.host_slow = host_slow_seconds(stage.plan, seconds)
             return _on_device(out)
         self.calls += 1
@@ -431,22 +429,13 @@ class _TopLevelRun:
         for its first 100 calls against 1.8-1.95 s walking them all
         (2026-12-07, load 1.2-1.6).
         """
-        stage = self.stage
-        program = stage.program
-        if not stage.optimized:
-            program = _background.jax_work(lambda: _optimized(stage.plan))
-        try:
-            _compiled(program, stage.plan, config, args)
-        except _background.Exiting:
-            raise
-        except Exception:  # (a call compiles it, and raises what is wrong)
-            pass
-        self.stage = dataclasses.replace(
-            self.stage, program=program, optimized=True, host=False
-        )
+        self._optimize(config, args, host=False)
 
-    def _optimize(self, config: Config, args: tuple) -> None:
-        """Compile the optimized program (`OPTIMIZE_AFTER_CALLS`), then run it."""
+    def _optimize(self, config: Config, args: tuple, **changes) -> None:
+        """Compile the optimized program (`OPTIMIZE_AFTER_CALLS`), then run it.
+
+        ``changes``: to the stage, swapped in with the program (one swap).
+        """
         stage = self.stage
         later = _background.jax_work(lambda: _optimized(stage.plan))
         try:
@@ -455,7 +444,9 @@ class _TopLevelRun:
             raise
         except Exception:  # (a call compiles it, and raises what is wrong)
             pass
-        self.stage = dataclasses.replace(self.stage, program=later, optimized=True)
+        self.stage = dataclasses.replace(
+            self.stage, program=later, optimized=True, **changes
+        )
 
     def adopt(self, chosen: Plan, config: Config, args: tuple) -> None:
         """Run ``chosen`` from the next call on (tuning's winner, `tune_later`).
