@@ -69,7 +69,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -340,6 +340,21 @@ def fresh_networks(seed: int) -> list[Network]:
         # issue 36's held-out 12-matrix chain: few steps, compile-bound
         _from_format(f"fresh{seed}-matrix-chain-12", "fresh", *chain),
     ]
+
+
+def save_networks(chosen: list[Network], path: str) -> None:
+    """Write ``chosen`` to ``path`` (a pickle of plain fields; `load_networks`)."""
+    import pickle
+
+    fields = [asdict(n) for n in chosen]
+    Path(path).write_bytes(pickle.dumps(fields))
+
+
+def load_networks(path: str) -> list[Network]:
+    """The networks `save_networks` wrote (a file of this benchmark's own)."""
+    import pickle
+
+    return [Network(**fields) for fields in pickle.loads(Path(path).read_bytes())]
 
 
 def with_arrays(network: Network, seed: int = 0) -> Network:
@@ -983,13 +998,27 @@ def main() -> int:
         help="run networks the planner was not tuned on (fresh_networks)",
     )
     parser.add_argument(
+        "--save-networks",
+        metavar="FILE",
+        help="write the chosen networks to FILE (a pickle) and stop",
+    )
+    parser.add_argument(
+        "--networks-file",
+        metavar="FILE",
+        help="run the networks of FILE (--save-networks) instead of building them: "
+        "for a machine without einsum-benchmark's generators (an offline accelerator)",
+    )
+    parser.add_argument(
         "--out", default=str(ROOT / "benchmarks" / "results" / "networks.md")
     )
     args = parser.parse_args()
     from einslice._plan._memory import parse_memory_limit
 
     limit = parse_memory_limit(args.memory_limit)
-    chosen = networks() if args.fresh is None else fresh_networks(args.fresh)
+    if args.networks_file:
+        chosen = load_networks(args.networks_file)
+    else:
+        chosen = networks() if args.fresh is None else fresh_networks(args.fresh)
     if args.quick:
         chosen = [n for n in chosen if n.quick]
     if args.families:
@@ -997,6 +1026,10 @@ def main() -> int:
         chosen = [n for n in chosen if n.family in wanted]
     if args.only:
         chosen = [n for n in chosen if n.name in args.only]
+    if args.save_networks:
+        save_networks(chosen, args.save_networks)
+        print(f"wrote {len(chosen)} networks to {args.save_networks}")
+        return 0
     if args.list:
         for n in chosen:
             print(f"{n.name:28} {n.family:13} {len(n.terms):4} tensors")
