@@ -371,6 +371,22 @@ def test_a_cheap_network_stops_after_the_minimum_of_trials():
     assert found.trials == math.ceil(_search.MIN_TENSOR_TRIALS / 20) + 1
 
 
+def test_the_reference_budget_counts_a_sliced_trees_slicing_rounds():
+    # a 6x6 periodic lattice of bond 4 at 256 MB (einsum-benchmark's
+    # lattice-6x6-periodic-d4): its own tree is sliced 16 ways, so one of
+    # cotengra's reference trials reconfigures it in 5 rounds; counted per
+    # tensor only, 3 trials ran (2.5-3.5 s of a 3.4-5.6 s planning)
+    terms, output, sizes = _network(lattice_equation([6, 6], d_min=4, cyclic=True))
+    found = search_tree(terms, output, sizes, 4, 256 * 10**6, runs=_search.PLAN_RUNS)
+    own = found if found.by == "einslice" else found.runner_up
+    assert own is not None and own.sliced and found.trials >= 1
+    slices = math.prod(sizes[i] for i in own.sliced)
+    trial = _search.reference_trial_seconds(len(terms), slices)
+    assert own.time < 2 * trial  # (the premise: one trial affordable, not two)
+    assert own.time >= 2 * len(terms) * _search.REFERENCE_TRIAL_COST_PER_TENSOR
+    assert found.reference_trials == 1
+
+
 def test_a_30_tensor_search_runs_no_trial_when_its_quick_tree_is_cheap():
     # (~0.2 s on a quiet 2-core CPU: the work is counted, not timed, as the
     # suite never times; a tree whose run is microseconds pays no trial)

@@ -805,7 +805,7 @@ def _search(
         # cap (or the planning bound) ends the search here (not
         # reproducible: not stored on disk).
         return own, False
-    trials_ = reference_budget(own, len(terms), budget)
+    trials_ = reference_budget(own, len(terms), budget, sizes)
     tree, reference_complete = reference_search(
         terms, output, sizes, itemsize, memory_limit, seed, trials_, seconds_left
     )
@@ -827,23 +827,39 @@ def _alone(found: Found) -> Found:
     return dataclasses.replace(found, runner_up=None)
 
 
-def reference_budget(own: Found, n_terms: int, budget: float | None = None) -> int:
+def reference_budget(
+    own: Found,
+    n_terms: int,
+    budget: float | None = None,
+    sizes: Sequence[int] | None = None,
+) -> int:
     """The reference search's trials: at most as many as einslice's own ran.
 
     Fewer when they would cost more than einslice's best tree's estimated run
     time (searching longer cannot pay): each reference trial is counted as
-    `REFERENCE_TRIAL_COST_PER_TENSOR` per tensor (the rule that ends
-    einslice's own trials, with cotengra's heavier trial; a growth search's
-    ``budget`` where larger, see `allowance`); at least one.
+    `reference_trial_seconds`, `REFERENCE_TRIAL_COST_PER_TENSOR` per tensor
+    and slicing round of ``own``'s sliced indices (their ``sizes``; None:
+    one round), as `needs_reference` and the wall-time check count it (the
+    rule that ends einslice's own trials, with cotengra's heavier trial; a
+    growth search's ``budget`` where larger, see `allowance`); at least one.
+    Counted per tensor only, lattice-6x6-periodic-d4 (einsum-benchmark, 36
+    tensors, its tree sliced 16 ways) was given 3 reference trials, 0.3 s
+    estimated each, which took 2.5-3.5 s of its 3.4-5.6 s of planning
+    (1.17 s each at load 1; its 8 own trials 1.1 s), for a tree estimated
+    7x slower than its own; with its 5 rounds a trial counts 1.5 s, and one
+    runs (2026-12-07 22:40, benchmarks/results/networks.md).
 
     Example:
         >>> own = Found(((0, 1),), (), 1e9, 10.0, 12, 10**6)  # 10 s, 12 trials
         >>> reference_budget(own, 60), reference_budget(own, 300)
         (12, 4)
+        >>> sliced = dataclasses.replace(own, sliced=(0,))  # 16 slices: 5 rounds
+        >>> reference_budget(sliced, 60, sizes=[16, 2])
+        4
     """
-    affordable = int(
-        allowance(own.time, budget) // (n_terms * REFERENCE_TRIAL_COST_PER_TENSOR)
-    )
+    slices = 1 if sizes is None else math.prod(sizes[i] for i in own.sliced)
+    trial = reference_trial_seconds(n_terms, slices)
+    affordable = int(allowance(own.time, budget) // trial)
     return max(1, min(own.trials, affordable))
 
 
