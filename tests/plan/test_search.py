@@ -371,6 +371,7 @@ def test_a_cheap_network_stops_after_the_minimum_of_trials():
     assert found.trials == math.ceil(_search.MIN_TENSOR_TRIALS / 20) + 1
 
 
+@needs_seeded_greedy  # (the own tree, and so its slices, must be the seed's)
 def test_the_reference_budget_counts_a_sliced_trees_slicing_rounds():
     # a 6x6 periodic lattice of bond 4 at 256 MB (einsum-benchmark's
     # lattice-6x6-periodic-d4): its own tree is sliced 16 ways, so one of
