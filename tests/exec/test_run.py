@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import einslice
-from einslice._exec import _choose, _executors, _host, _run
+from einslice._exec import _choose, _executors, _host, _run, _threads
 
 
 def _cheap_chain(n_matrices: int = 40):
@@ -127,6 +127,7 @@ def test_a_host_call_far_slower_than_estimated_starts_the_compile(monkeypatch):
     runner, used = _spy(monkeypatch, p)
     assert 0 < runner.host_slow == pytest.approx(_choose.host_slow_seconds(p))
     assert runner.host_spent == 0 < runner.host_budget
+    monkeypatch.setattr(_host, "_BLAS", [None])  # (no one-thread control)
     runner.host_slow = 0.0  # as if the call took longer
     expected = np.linalg.multi_dot(ops)
     np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
@@ -134,6 +135,26 @@ def test_a_host_call_far_slower_than_estimated_starts_the_compile(monkeypatch):
     assert _run.settle(p, 60)  # compiled in the background
     np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
     assert used == ["host", "later"]  # (the optimized program)
+
+
+def test_a_slow_walk_on_blas_threads_takes_one_thread_not_the_compile(monkeypatch):
+    # (a walk on BLAS's own threads far slower than the fastest says that
+    # other processes oversubscribe them; where one thread can be set the
+    # next walks take it, and only a slow walk there starts the compile)
+    args, ops = _cheap_chain()
+    p = einslice.plan(*args)
+    runner, used = _spy(monkeypatch, p)
+    _host.prepare_one_thread()
+    if _host.one_thread_state() != "ready":
+        pytest.skip("no BLAS whose threads threadpoolctl controls")
+    runner.host_slow = 0.0  # every walk "slow"
+    expected = np.linalg.multi_dot(ops)
+    np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
+    assert not runner.busy.locked() and runner.stage.host  # (own threads)
+    runner.host_slow = 0.0
+    np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
+    assert _run.settle(p, 60) and not runner.stage.host  # (one thread: compiled)
+    assert used == ["host", "host"]
 
 
 @pytest.mark.parametrize(
@@ -192,17 +213,64 @@ def test_a_walk_runs_on_the_blas_threads_that_timed_faster(monkeypatch):
     args, _ = _cheap_chain(12)
     p = einslice.plan(*args)
     runner, _ = _spy(monkeypatch, p)
-    assert runner._blas_mode() is False  # (the first walk: BLAS's own threads)
-    monkeypatch.setattr(_host, "_BLAS", [None])  # no controller: never one thread
-    runner.host_best[False] = 0.004
-    assert runner._blas_mode() is False and runner.host_single is False
-    runner.host_single = None
     monkeypatch.setattr(_host, "_BLAS", [object()])  # (a controller, not used)
-    assert runner._blas_mode() is True  # one thread not timed yet
-    runner.host_best[True] = 0.003
-    assert runner._blas_mode() is True and runner.host_single is True
-    runner.host_single, runner.host_best[True] = None, 0.09  # (threads oversubscribed)
-    assert runner._blas_mode() is False and runner.host_single is False
+    assert runner._blas_mode() is False  # (the first walk: BLAS's own threads)
+    assert runner._blas_mode() is True  # (then each side in turn)
+    monkeypatch.setattr(_host, "_BLAS", [None])  # no controller: never one thread
+    assert [runner._blas_mode() for _ in range(20)] == [False] * 20
+    assert runner.host_single is None
+
+
+def _walks(choice, n, one, own):
+    """``n`` walks: one thread takes ``one`` seconds, BLAS's own ``own``."""
+    sides = []
+    for _ in range(n):
+        side = choice.next(True)
+        choice.record(side, one if side else own)
+        sides.append(side)
+    return sides
+
+
+def test_the_blas_choice_tries_each_side_then_takes_the_faster_and_rechecks():
+    choice = _threads.BlasChoice()
+    assert choice.next(True) is False  # (the first walk, not counted)
+    choice.record(False, 1.0, counted=False)
+    # close times: each side in turn, TRY_WALKS walks each
+    sides = _walks(choice, 2 * _threads.TRY_WALKS, 0.004, 0.005)
+    assert sorted(sides) == [False] * _threads.TRY_WALKS + [True] * _threads.TRY_WALKS
+    # then one thread, and the other side once the walks cost 1/RECHECK_SHARE of it
+    taken = _walks(choice, 100, 0.004, 0.005)
+    assert choice.chosen is True
+    every = 0.005 / _threads.RECHECK_SHARE / 0.004  # walks between re-timings
+    assert taken.count(False) == pytest.approx(100 / (every + 1), abs=1)
+    # the load changes: one thread slows (another process beside the walk);
+    # within a few re-timings the choice follows
+    _walks(choice, 200, 0.020, 0.005)
+    assert choice.chosen is False
+    # a spike does not switch back: the fastest of the recent walks counts
+    choice.record(False, 0.5)
+    choice.next(True)
+    assert choice.chosen is False
+
+
+def test_the_blas_choice_retimes_a_far_slower_side_seldom():
+    # (BLAS's threads oversubscribed: lattice-8x8 walked in 92-127 ms on
+    # them against 8-17 on one thread, load 3)
+    choice = _threads.BlasChoice()
+    choice.next(True)
+    choice.record(False, 0.5, counted=False)
+    sides = _walks(choice, 300, 0.008, 0.120)
+    assert sides[:2] == [True, False] and choice.chosen is True  # (clear at once)
+    cost = sum(0.120 for side in sides[2:] if not side)
+    assert cost <= 2 * _threads.RECHECK_SHARE * 0.008 * len(sides)
+
+
+def test_the_blas_choice_stays_on_blas_threads_where_one_cannot_be_set():
+    choice = _threads.BlasChoice()
+    for _ in range(10):
+        assert choice.next(False) is False
+        choice.record(False, 0.01)
+    assert choice.chosen is None
 
 
 def test_a_walk_on_one_blas_thread_gives_the_same_result():

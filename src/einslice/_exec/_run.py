@@ -29,6 +29,7 @@ from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, executor_of
 from ._grow import Growth, Trial
 from ._semiring import Config
+from ._threads import BlasChoice
 
 
 def execute_plan(
@@ -260,9 +261,10 @@ class _TopLevelRun:
         host = self.host_budget > 0 and EXECUTORS["host"].runs(p)
         self.host_slow = host_slow_seconds(p) if host else 0.0
         # the fastest walk on BLAS's own threads (False) and on one (True),
-        # and the one the walks take (None: not decided yet, `_walk`)
+        # and which the walks take (`_walk`, ``_threads``)
         self.host_best = {False: math.inf, True: math.inf}
-        self.host_single: bool | None = None
+        self.blas = BlasChoice()
+        self._preparing = False  # (the one-thread controller asked for)
         self.stage = _Stage(p, first, host, optimized)
         self.calls = 0  # compiled calls
         self.top_calls = 0  # every call, host or compiled (growth counts them)
@@ -319,12 +321,17 @@ class _TopLevelRun:
         ):
             self._submit(partial(self._grow, self.top_calls, self.spent), config, args)
         if stage.host and _host_call(stage.plan, config, args):
-            out, seconds = self._walk(stage.plan, config, args)
+            out, seconds, single = self._walk(stage.plan, config, args)
             self.host_spent += seconds
+            # (a run far slower than the fastest is not what the rental
+            # weighed: compile; but one on BLAS's own threads where one
+            # thread can be set tells only that those are oversubscribed,
+            # and the next walks take one thread: ``_threads``)
+            slow = seconds > self.host_slow and (
+                single or _host.one_thread_state() == "none"
+            )
             if (
-                # (a run far slower than the fastest, numpy's BLAS threads
-                # oversubscribed, is not what the rental weighed: compile)
-                (self.host_spent >= self.host_budget or seconds > self.host_slow)
+                (self.host_spent >= self.host_budget or slow)
                 and trial is None
                 and self.busy.acquire(blocking=False)
             ):
@@ -344,47 +351,46 @@ class _TopLevelRun:
             return self._paced(stage, config, args)
         return stage.program(stage.plan, config, *args)
 
-    def _walk(self, p: Plan, config: Config, args: tuple) -> tuple[object, float]:
-        """A host run of ``p`` on the BLAS threads that time faster, and its seconds.
+    def _walk(self, p: Plan, config: Config, args: tuple) -> tuple[object, float, bool]:
+        """A host run of ``p`` on the BLAS threads that time faster.
 
-        Its first run on BLAS's own threads, the next one on one thread
-        once that can be controlled (``_host.prepare_one_thread``, made on
-        the background thread), then the faster of the two (`host_single`);
-        on one thread while the runner's background work runs.
+        Returns its result, its seconds and whether it ran on one thread.
+
+        The runner's first walk on BLAS's own threads, then each side in
+        turn, then the faster, re-timed now and then (``_threads.BlasChoice``;
+        one thread once that can be controlled: ``_host.prepare_one_thread``,
+        made on the background thread); on one thread while the runner's
+        background work runs (not timed for the choice).
         """
-        single = self.host_single
-        if single is None:
-            single = self._blas_mode()
+        single = self._blas_mode()
         # (while its background work runs, a walk's BLAS threads would wait
         # for a core: a 4 ms walk took 87 ms during its plan's compile)
-        single = single or (self.busy.locked() and _host.one_thread_state() == "ready")
+        busy = self.busy.locked() and _host.one_thread_state() == "ready"
         start = time.perf_counter()
-        with _host.one_blas_thread() if single else contextlib.nullcontext():
+        with _host.one_blas_thread() if single or busy else contextlib.nullcontext():
             out = EXECUTORS["host"].run(p, config, args)
         seconds = time.perf_counter() - start
+        single = single or busy
+        self.blas.record(single, seconds, counted=not busy and self.blas.walks > 1)
         if seconds < self.host_best[single]:  # (the fastest: noise only slows)
             self.host_best[single] = seconds
-        return out, seconds
+        return out, seconds, single
+
+    @property
+    def host_single(self) -> bool | None:
+        """Whether the walks run on one BLAS thread (None: not chosen yet)."""
+        return self.blas.chosen
 
     def _blas_mode(self) -> bool:
-        """Whether the next walk runs on one BLAS thread (while undecided)."""
-        own, one = self.host_best[False], self.host_best[True]
-        if own == math.inf:
-            return False
+        """Whether the next walk runs on one BLAS thread (`_threads.BlasChoice`)."""
         state = _host.one_thread_state()
-        if state == "none":
-            self.host_single = False
-            return False
-        if one == math.inf:
-            if state == "unmade":
-                try:
-                    _background.submit(_host.prepare_one_thread)
-                except RuntimeError:  # (exiting)
-                    pass
-                return False
-            return True
-        self.host_single = one < own
-        return self.host_single
+        if state == "unmade" and self.blas.walks >= 1 and not self._preparing:
+            self._preparing = True
+            try:
+                _background.submit(_host.prepare_one_thread)
+            except RuntimeError:  # (exiting)
+                pass
+        return self.blas.next(state == "ready")
 
     def _paced(self, stage: _Stage, config: Config, args: tuple):
         """A call timed (waited for) to learn the held plan's pace (`_grow.pace`)."""
