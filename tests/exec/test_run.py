@@ -147,10 +147,12 @@ def test_a_slow_walk_on_blas_threads_takes_one_thread_not_the_compile(monkeypatc
     _host.prepare_one_thread()
     if _host.one_thread_state() != "ready":
         pytest.skip("no BLAS whose threads threadpoolctl controls")
-    runner.host_slow = 0.0  # every walk "slow"
     expected = np.linalg.multi_dot(ops)
+    monkeypatch.setattr(runner, "_blas_mode", lambda: False)  # BLAS's threads
+    runner.host_slow = 0.0  # as if the walk took longer
     np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
-    assert not runner.busy.locked() and runner.stage.host  # (own threads)
+    assert not runner.busy.locked() and runner.stage.host
+    monkeypatch.setattr(runner, "_blas_mode", lambda: True)  # one thread
     runner.host_slow = 0.0
     np.testing.assert_allclose(np.asarray(p(*ops)), expected, rtol=1e-10)
     assert _run.settle(p, 60) and not runner.stage.host  # (one thread: compiled)
@@ -214,8 +216,9 @@ def test_a_walk_runs_on_the_blas_threads_that_timed_faster(monkeypatch):
     p = einslice.plan(*args)
     runner, _ = _spy(monkeypatch, p)
     monkeypatch.setattr(_host, "_BLAS", [object()])  # (a controller, not used)
-    assert runner._blas_mode() is False  # (the first walk: BLAS's own threads)
-    assert runner._blas_mode() is True  # (then each side in turn)
+    assert runner._blas_mode() is True  # (the first walk: one thread)
+    runner.blas.record(True, 0.01)
+    assert runner._blas_mode() is False  # (then each side in turn)
     monkeypatch.setattr(_host, "_BLAS", [None])  # no controller: never one thread
     assert [runner._blas_mode() for _ in range(20)] == [False] * 20
     assert runner.host_single is None
@@ -233,8 +236,8 @@ def _walks(choice, n, one, own):
 
 def test_the_blas_choice_tries_each_side_then_takes_the_faster_and_rechecks():
     choice = _threads.BlasChoice()
-    assert choice.next(True) is False  # (the first walk, not counted)
-    choice.record(False, 1.0, counted=False)
+    assert choice.next(True) is _threads.FIRST_ONE  # (the first walk, not counted)
+    choice.record(True, 1.0, counted=False)
     # close times: each side in turn, TRY_WALKS walks each
     sides = _walks(choice, 2 * _threads.TRY_WALKS, 0.004, 0.005)
     assert sorted(sides) == [False] * _threads.TRY_WALKS + [True] * _threads.TRY_WALKS
@@ -258,7 +261,7 @@ def test_the_blas_choice_retimes_a_far_slower_side_seldom():
     # them against 8-17 on one thread, load 3)
     choice = _threads.BlasChoice()
     choice.next(True)
-    choice.record(False, 0.5, counted=False)
+    choice.record(True, 0.5, counted=False)
     sides = _walks(choice, 300, 0.008, 0.120)
     assert sides[:2] == [True, False] and choice.chosen is True  # (clear at once)
     cost = sum(0.120 for side in sides[2:] if not side)

@@ -356,8 +356,9 @@ class _TopLevelRun:
 
         Returns its result, its seconds and whether it ran on one thread.
 
-        The runner's first walk on BLAS's own threads, then each side in
-        turn, then the faster, re-timed now and then (``_threads.BlasChoice``;
+        The runner's first walk on one thread where that can be set (on
+        BLAS's own threads while it cannot yet), then each side in turn,
+        then the faster, re-timed now and then (``_threads.BlasChoice``;
         one thread once that can be controlled: ``_host.prepare_one_thread``,
         made on the background thread); on one thread while the runner's
         background work runs (not timed for the choice).

@@ -28,6 +28,13 @@ from collections import deque
 # lattice-8x8 against 7.6-17 on one thread at load 3, 2026-12-07).
 TRY_WALKS = 2
 CLEAR_RATIO = 2.0
+# The runner's first walk (untimed for the choice) runs on one thread where
+# that can be set: the risks are lopsided. On idle cores a walk on BLAS's own
+# threads can be faster by a few ms (a 12-matrix chain 4 against 7 ms,
+# mera-p-first-last 29 against 40), while beside other processes it takes
+# many times longer (ctg-lattice-10x10's 230-320 ms against 20-31 on one
+# thread, load 3, 2026-12-07).
+FIRST_ONE = True
 # The choice compares each side's fastest of its last RECENT walks: a spike
 # does not decide it, and a side timed when the load was lighter stops
 # counting once it has walked RECENT times more.
@@ -47,9 +54,9 @@ class BlasChoice:
 
     Example:
         >>> c = BlasChoice()
-        >>> c.next(True)  # the first walk (not counted): BLAS's own threads
-        False
-        >>> c.record(False, 0.5, counted=False)
+        >>> c.next(True)  # the first walk (not counted): one thread
+        True
+        >>> c.record(True, 0.5, counted=False)
         >>> sides = []
         >>> for _ in range(4):  # (one thread 4 ms a walk, BLAS's own 6)
         ...     side = c.next(True)
@@ -73,15 +80,18 @@ class BlasChoice:
     def next(self, one_possible: bool) -> bool:
         """The side of the next walk; ``one_possible``: one thread can be set.
 
-        BLAS's own threads for the runner's first walk and wherever one thread
-        cannot be set; then each side in turn until each has `TRY_WALKS`
-        walks (or one took `CLEAR_RATIO` times the other); then the faster
-        (the fastest of each side's `RECENT` walks), and the other once the
-        walks since it was timed cost `1 / RECHECK_SHARE` of it.
+        BLAS's own threads wherever one thread cannot be set; the runner's
+        first walk on `FIRST_ONE`'s side; then each side in turn until each
+        has `TRY_WALKS` walks (or one took `CLEAR_RATIO` times the other);
+        then the faster (the fastest of each side's `RECENT` walks), and
+        the other once the walks since it was timed cost `1 / RECHECK_SHARE`
+        of it.
         """
         self.walks += 1
-        if not one_possible or self.walks == 1:
+        if not one_possible:
             return False
+        if self.walks == 1:  # (not timed for the choice: see FIRST_ONE)
+            return FIRST_ONE
         own, one = self.times[False], self.times[True]
         if not own or not one:
             return not one
