@@ -14,7 +14,11 @@ checked complete against the registry on import). A "log" chunk runs in
 scaled linear form (one scalar shift per node, one ``np.einsum`` per small
 step) when no product can underflow, else by the per-step rule that shifts
 each side of a product by its max over the contracted axes, as
-``_semiring.log_dot`` does. It also runs a `HostWalk`, the unplanned steps of
+``_semiring.log_dot`` does (and, as it does, recomputes term by term what
+underflowed). At infinities, NaN and empty axes it computes what the
+compiled program does (the zero annihilates: ``-inf + inf`` in a product
+is ``-inf``; tests/exec/test_semiring_corners.py holds both to the
+definition). It also runs a `HostWalk`, the unplanned steps of
 a small network. Results are numpy arrays in the plan's dtype; no derivatives
 (those need JAX).
 
@@ -433,11 +437,51 @@ def _log_sum(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 
 
 def _log_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """log(exp(a) @ exp(b)), each side shifted by its max over the contraction."""
+    """log(exp(a) @ exp(b)), each side shifted by its max over the contraction.
+
+    As ``_semiring.log_dot``: where a total is below ``tiny / eps`` while
+    some contracted position has both sides finite (the sides peak at
+    different positions and every product underflowed), or is NaN (``+inf``
+    met ``-inf``), the product is recomputed exactly (`_exact_log_product`).
+    The check is one pass over the result; finite, well-scaled products
+    skip the rest.
+    """
     shift_a, shift_b = _shift(a, 2), _shift(b, 1)
+    with np.errstate(over="ignore", invalid="ignore"):  # (+inf beside -inf)
+        total = np.exp(a - shift_a) @ np.exp(b - shift_b)
+    finfo = np.finfo(total.dtype)
+    tiny = finfo.tiny / finfo.eps
+    if total.size and not total.min() >= tiny:  # (NaN fails the test too)
+        support = np.isfinite(a).astype(total.dtype) @ np.isfinite(b)
+        bad = ((total < tiny) & (support > 0)) | np.isnan(total)
+        if bad.any():
+            return np.where(
+                bad, _exact_log_product(a, b), _log_of(total, shift_a, shift_b)
+            )
+    return _log_of(total, shift_a, shift_b)
+
+
+def _log_of(total: np.ndarray, shift_a: np.ndarray, shift_b: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore"):
-        product = np.log(np.exp(a - shift_a) @ np.exp(b - shift_b))
-    return product + shift_a + shift_b
+        return np.log(total) + shift_a + shift_b
+
+
+def _exact_log_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ_k of a[., m, k] + b[., k, n] in log space, term by term, k in blocks.
+
+    The zero annihilates (`_annihilating_add`); what `_log_product` falls
+    back to, as ``_semiring._exact_log_dot`` is ``log_dot``'s.
+    """
+    n_batch, rows, inner = a.shape
+    cols = b.shape[2]
+    block = max(1, MAX_BLOCK_ENTRIES // max(1, n_batch * rows * cols))
+    out = np.full((n_batch, rows, cols), -np.inf, np.result_type(a, b))
+    for k in range(0, inner, block):
+        part = _annihilating_add(
+            a[:, :, k : k + block, None], b[:, None, k : k + block, :]
+        )
+        out = _log_add(out, _log_sum(part, (2,)))
+    return out
 
 
 def _max_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -454,10 +498,40 @@ def _max_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     cols = b.shape[2]
     block = max(1, MAX_BLOCK_ENTRIES // max(1, n_batch * rows * cols))
     out = np.full((n_batch, rows, cols), -np.inf, a.dtype)
+    # (as the kernel: the annihilating add only where a side holds +inf or NaN)
+    add = _annihilating_add if _unsafe(a) or _unsafe(b) else np.add
     for k in range(0, inner, block):
-        part = a[:, :, k : k + block, None] + b[:, None, k : k + block, :]
-        np.maximum(out, part.max(axis=2), out=out)
+        part = add(a[:, :, k : k + block, None], b[:, None, k : k + block, :])
+        np.maximum(out, part.max(axis=2, initial=-np.inf), out=out)
     return out
+
+
+def _unsafe(x: np.ndarray) -> bool:
+    """Whether ``x`` may hold ``+inf`` (or NaN): its max is not below ``+inf``."""
+    return bool(x.size) and not x.max() < np.inf
+
+
+def _annihilating_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a + b`` (broadcast), but ``-inf`` where either side is ``-inf``.
+
+    The product of the "log" and "max" semirings, as
+    ``_semiring.annihilating_add`` computes it: their zero annihilates, so
+    an empty sum (``-inf``) times ``+inf`` is the zero, not the NaN that
+    ``inf + -inf`` gives (the completed max-plus semiring's rule,
+    ``-inf ⊗ +inf = -inf``; for "log", ``0 · ∞ = 0`` as in measure theory);
+    NaN stays NaN. Sides without ``+inf`` or NaN add plainly (one max pass
+    each to tell).
+
+    Example:
+        >>> x = np.array([np.inf, 1.0, np.nan])
+        >>> _annihilating_add(x, np.array(-np.inf)).tolist()
+        [-inf, -inf, nan]
+    """
+    if not (_unsafe(a) or _unsafe(b)):
+        return np.add(a, b)
+    with np.errstate(invalid="ignore"):
+        total = np.add(a, b)
+        return np.where(np.minimum(a, b) == -np.inf, -np.inf, total).astype(total.dtype)
 
 
 def _combine(ring: Semiring, acc: np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -507,8 +581,8 @@ class HostRules:
 # semiring registered as a negation gets its base's, negated.
 _WRITTEN: dict[str, HostRules] = {
     SUM.name: HostRules(_sum, np.add, np.multiply, np.matmul),
-    LOG.name: HostRules(_log_sum, _log_add, np.add, _log_product),
-    MAX.name: HostRules(_max, np.maximum, np.add, _max_product),
+    LOG.name: HostRules(_log_sum, _log_add, _annihilating_add, _log_product),
+    MAX.name: HostRules(_max, np.maximum, _annihilating_add, _max_product),
 }
 HOST_RULES: dict[str, HostRules] = rules_for_every_semiring(
     "host walk (numpy)", _WRITTEN, HostRules.negated, "_WRITTEN in _exec/_host.py"

@@ -62,6 +62,7 @@ from .._plan._types import HostWalk, Plan, Step
 from .._plan._walk import MAX_BLOCK_ENTRIES
 from ._host import (
     EINSUM_MAX_ENTRIES,
+    _annihilating_add,
     _einsum_pair,
     _prepare,
     _scaled_step,
@@ -399,9 +400,12 @@ def host_value_and_grad(
     Returns:
         ``(value, grads)``, one gradient per operand in its shape (float64);
         for "max", the indicator of one maximizing state. When the value is
-        ``-inf`` (Z = 0, or no state possible) the gradient is undefined:
-        NaN for "log" (as JAX gives), zeros for "max". None when a "log"
-        network's scaled form could underflow: compile the gradient instead.
+        ``-inf`` (Z = 0, or no state possible) or NaN the gradient is zero,
+        as ``jax.grad`` of the compiled plan gives it (a small change of
+        the operands leaves their -inf entries -inf and Z at 0: log Z is
+        constant there). None when a "log" network's scaled form could
+        underflow, or an operand holds +inf or NaN: compile the gradient
+        instead.
 
     Raises:
         EinsliceError: for a plan that `host_grad_supported` refuses, or
@@ -439,13 +443,13 @@ def host_value_and_grad(
             value = _add_log_chunk(value, grads, blocks, *found)
         else:
             found = _max_value_and_grad(plan, pieces)
-            if found[0] > value:  # the first best chunk's state
+            # the first best chunk's state; a NaN chunk makes the value NaN
+            # (as the compiled program's maximum) with a zero gradient
+            if found[0] > value or math.isnan(found[0]):
                 value = found[0]
                 for grad, block, piece in zip(grads, blocks, found[1], strict=True):
                     grad.fill(0.0)
                     grad[block] = piece
-    if value == -math.inf and plan.semiring == "log":
-        grads = [np.full(x.shape, np.nan) for x in arrays]
     return value, tuple(
         np.expand_dims(g, drop) if drop else g
         for g, drop in zip(grads, eq.squeezed, strict=True)
@@ -550,7 +554,7 @@ def _log_value_and_grad(
         if b == len(steps):
             m, shift, _ = node(values, root)
             top = float(m)
-            if top == 0.0:  # Z = 0: log Z is -inf and its gradient undefined
+            if top == 0.0:  # Z = 0: log Z is -inf, its gradient zero
                 raise _ZeroValue
             found.append(math.log(top) + shift)
             cotangents[root] = np.array(1.0 / top)
@@ -575,7 +579,7 @@ def _log_value_and_grad(
     except _Underflow:
         return None
     except _ZeroValue:
-        return -math.inf, [np.full(x.shape, np.nan) for x in arrays]
+        return -math.inf, [np.zeros(x.shape) for x in arrays]
     grads = []
     for k, (x, term) in enumerate(zip(arrays, plan.equation.terms, strict=True)):
         shift = leaves[k][1]
@@ -736,7 +740,7 @@ def _choose(state: dict[int, int], parts: list[tuple[np.ndarray, tuple]]) -> Non
     free = list(dict.fromkeys(i for _, term in parts for i in term if i not in state))
     if not free:
         return
-    total: np.ndarray | float = 0.0
+    total: np.ndarray = np.zeros(())
     sizes: dict[int, int] = {}
     for x, term in parts:
         sizes.update(zip(term, x.shape, strict=True))
@@ -744,7 +748,9 @@ def _choose(state: dict[int, int], parts: list[tuple[np.ndarray, tuple]]) -> Non
         rest = [i for i in term if i not in state]
         x = np.transpose(x, sorted(range(len(rest)), key=lambda a: free.index(rest[a])))
         x = x.reshape([sizes[i] if i in rest else 1 for i in free])
-        total = total + x
+        # Why: -inf meeting +inf is -inf, as the forward's product; a NaN
+        # there would pass for the maximum (np.argmax takes the first NaN)
+        total = _annihilating_add(total, x)
     grid = np.broadcast_to(total, [sizes[i] for i in free])
     where = np.unravel_index(int(np.argmax(grid)), grid.shape)
     state.update(zip(free, (int(w) for w in where), strict=True))

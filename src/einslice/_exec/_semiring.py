@@ -472,7 +472,7 @@ def max_first(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
 def _max_first_jvp(axes, primals, tangents):
     (x,), (tx,) = primals, tangents
     out = max_first(x, axes)
-    if prod(x.shape[a] for a in axes) == 0:
+    if x.size == 0:  # (an empty max, or an empty result: nothing to follow)
         return out, jnp.zeros_like(out)
     kept = [a for a in range(x.ndim) if a not in axes]
     order = (*kept, *axes)
