@@ -629,6 +629,14 @@ def _compute_dtype(arrays, ring: Semiring) -> np.dtype:
     dtype = jnp.result_type(*arrays) if arrays else jnp.dtype(jnp.float32)
     if ring.needs_inexact and not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(dtype, jnp.float32)
+    if ring.shifted_exp_dot and jnp.issubdtype(dtype, jnp.complexfloating):
+        # (its compiled steps raised a TypeError deep in lax, and the host
+        # walk dropped the imaginary parts: refused where the call enters)
+        raise EinsliceError(
+            f"semiring={ring.name!r} takes real operands (logarithms of "
+            f"nonnegative values), not {dtype}; pass their real parts, or "
+            "contract exp() of them with semiring='sum'."
+        )
     return np.dtype(dtype)
 
 

@@ -269,3 +269,38 @@ def test_the_log_product_recomputes_what_underflowed_or_met_inf():
     np.testing.assert_allclose(
         _host._log_product(a, annihilated), [[[-800.0], [1.0]]], rtol=1e-12
     )
+
+
+@pytest.mark.parametrize(
+    ("semiring", "big"), [("log", 1e308), ("max", 1e308), ("min", -1e308)]
+)
+def test_sums_that_overflow_to_inf_still_meet_the_zero(semiring, big):
+    # finite operands whose sum overflows to ±inf, then meets the zero: the
+    # walk must not take its plain adds (`_host.chunk_rules`)
+    zero = np.inf if semiring == "min" else -np.inf
+    ops = [np.array([[big]]), np.array([[big]]), np.array([[zero]])]
+    plan = einslice.plan("ij,jk,kl->il", (1, 1), (1, 1), (1, 1), semiring=semiring,
+                         dtype=np.float64)  # fmt: skip
+    assert _host.chunk_rules(plan.ring, ops) is _host.HOST_RULES[semiring]
+    np.testing.assert_array_equal(run_on_host(plan, ops), [[zero]])
+    np.testing.assert_array_equal(jax.jit(plan)(*ops), [[zero]])
+
+
+@pytest.mark.parametrize("semiring", ["max", "min"])
+def test_complex_max_and_min_agree(semiring):
+    # (ordered as numpy and jnp order complex numbers: real part first)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((2, 3)) + 1j * rng.standard_normal((2, 3))
+    b = rng.standard_normal((3, 2)) + 1j * rng.standard_normal((3, 2))
+    plan = einslice.plan("ij,jk->ik", a.shape, b.shape, semiring=semiring,
+                         dtype=np.complex128)  # fmt: skip
+    np.testing.assert_array_equal(run_on_host(plan, [a, b]), jax.jit(plan)(a, b))
+
+
+def test_log_refuses_complex_operands():
+    # (the compiled steps raised a TypeError deep in lax; the walk dropped
+    # the imaginary parts)
+    with pytest.raises(einslice.EinsliceError, match="takes real operands"):
+        einslice.log_einsum("ij,jk->ik", np.ones((2, 2), complex), np.ones((2, 2)))
+    with pytest.raises(einslice.EinsliceError, match="not complex128"):
+        einslice.plan("i->", (2,), semiring="log", dtype=np.complex128)

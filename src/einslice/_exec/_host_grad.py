@@ -62,13 +62,13 @@ from .._plan._types import HostWalk, Plan, Step
 from .._plan._walk import MAX_BLOCK_ENTRIES
 from ._host import (
     EINSUM_MAX_ENTRIES,
-    _annihilating_add,
     _einsum_pair,
     _prepare,
     _scaled_step,
     _step,
     _to_scaled,
     _Underflow,
+    chunk_rules,
     host_seconds,
     step_seconds,
 )
@@ -704,8 +704,10 @@ def _max_value_and_grad(
         for x, t, k in zip(arrays, eq.terms, plan.prepared, strict=True)
     ]
 
+    rules = chunk_rules(_MAX, arrays)
+
     def record(step, left, left_term, right, right_term):
-        nodes.append(_step(_MAX, step, left, left_term, right, right_term))
+        nodes.append(_step(_MAX, step, left, left_term, right, right_term, rules))
         return nodes[-1]
 
     root, _ = plan.walk_steps(list(nodes), record)
@@ -717,25 +719,27 @@ def _max_value_and_grad(
     for s in range(len(plan.steps) - 1, -1, -1):
         step = plan.steps[s]
         left, right = nodes[step.left], nodes[step.right]
-        _choose(state, [(left, terms[step.left]), (right, terms[step.right])])
+        sides = [(left, terms[step.left]), (right, terms[step.right])]
+        _choose(state, sides, rules.times)
         nodes[len(arrays) + s] = None
     grads = []
     for x, term in zip(arrays, eq.terms, strict=True):
         unique = tuple(dict.fromkeys(term))
         local = {i: k for k, i in enumerate(unique)}
         diagonal = np.einsum(x, [local[i] for i in term], list(range(len(unique))))
-        _choose(state, [(diagonal, unique)])
+        _choose(state, [(diagonal, unique)], rules.times)
         grad = np.zeros(x.shape)
         grad[tuple(state[i] for i in term)] = 1.0
         grads.append(grad)
     return value, grads
 
 
-def _choose(state: dict[int, int], parts: list[tuple[np.ndarray, tuple]]) -> None:
+def _choose(state: dict[int, int], parts: list[tuple[np.ndarray, tuple]], add) -> None:
     """Fix the indices of these nodes that ``state`` lacks, maximizing their sum.
 
     Each node is indexed at the states already fixed; what remains of them is
-    added over the grid of the free indices, and the first maximum is taken.
+    added (by ``add``, the forward walk's product) over the grid of the free
+    indices, and the first maximum is taken.
     """
     free = list(dict.fromkeys(i for _, term in parts for i in term if i not in state))
     if not free:
@@ -750,7 +754,7 @@ def _choose(state: dict[int, int], parts: list[tuple[np.ndarray, tuple]]) -> Non
         x = x.reshape([sizes[i] if i in rest else 1 for i in free])
         # Why: -inf meeting +inf is -inf, as the forward's product; a NaN
         # there would pass for the maximum (np.argmax takes the first NaN)
-        total = _annihilating_add(total, x)
+        total = add(total, x)
     grid = np.broadcast_to(total, [sizes[i] for i in free])
     where = np.unravel_index(int(np.argmax(grid)), grid.shape)
     state.update(zip(free, (int(w) for w in where), strict=True))
