@@ -89,9 +89,11 @@ def test_plans_whose_walk_beats_their_compile_walk_their_first_calls(n):
     share = 1.0 if long else _choose.RENTAL_SUM_COMPILE_SHARE
     assert _choose.host_first_seconds(p) == share * compile_seconds(p) > 0
     # (on an accelerator too, its whole compile estimate; other semirings:
-    # many steps only)
+    # their whole estimate, and on an accelerator many steps only)
     log = einslice.plan(subscripts + f"->a{chr(98 + n)}", *shapes, semiring="log")
-    assert _choose.host_first_seconds(log) == (compile_seconds(log) if long else 0)
+    assert _choose.host_first_seconds(log) == compile_seconds(log)
+    on_device = _choose.host_first_seconds(log, on_device=True)
+    assert on_device == (compile_seconds(log) if long else 0)
     assert _choose.host_first_seconds(p, on_device=True) == compile_seconds(p)
     large = einslice.plan(CHAIN, *[(2048, 2048)] * 3)
     assert not _choose.pays_on_host(large) and _choose.host_first_seconds(large) == 0

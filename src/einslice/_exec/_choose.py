@@ -79,10 +79,21 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # short "sum" plans walked first win at every horizon measured: seed 7's
 # chain 20/35/145 ms at 1/10/100 calls against 180/186/236 compiled at once
 # (jnp.einsum 296/309/426), seed 11's 25/41/169 against 206/212/262, so the
-# accelerator follows the CPU's rule. The step count stays for the other
-# semirings, whose numpy walk differs from XLA's program at infinities
-# beside empty sums (5 tests of "log", "max" and "min" einsums failed when
-# their short plans walked).
+# accelerator follows the CPU's rule. The other semirings kept the step
+# count while their numpy walk differed from XLA's program at infinities
+# beside empty sums; it no longer does (tests/exec/test_semiring_corners.py),
+# and on a CPU their short plans walk too, against their whole compile
+# estimate (which their programs exceed: an 11-step 12-matrix chain of
+# 40x40 float32 compiled in 3.7 s in "max" and 2.0 s in "log", 0.03 s in
+# "sum", against 0.33 s estimated; load 2.7, 2026-12-07). What N calls of
+# einslice.einsum cost in fresh interpreters, planning and compiles
+# included, walked first against compiled at once
+# (benchmarks/short_semiring_walk.py, medians of 3, load 1.4-5.6), at N = 1
+# / 10 / 100: that chain in "max" 16 / 59 / 355 ms against 4030 / 4039 /
+# 4115, in "log" 13 / 63 / 259 against 2022 / 2029 / 2098; a cycle of 9
+# tables of 4-state variables (8 steps) in "max" 17 / 38 / 173 against
+# 1530 / 1533 / 1560, in "log" 16 / 31 / 145 against 650 / 655 / 695. On an
+# accelerator they keep it (not measured there).
 HOST_FIRST_MIN_STEPS = 16
 # The share of the CPU profile's compile estimate (``Profile.compile_estimate``,
 # 0.03 s a step, measured on "log" plans of UAI networks) that a
@@ -270,9 +281,9 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     "sum" plan on a CPU), the next call runs on the host too; after that the plan
     is compiled. Zero (compile at once) when one host run is not
     estimated to beat the compile (`pays_on_host`; ``on_device``: the
-    operands live on an accelerator, and the walk copies them), and for a
-    plan of fewer than `HOST_FIRST_MIN_STEPS` steps unless it is a "sum"
-    plan. The caller
+    operands live on an accelerator, and the walk copies them), and on an
+    accelerator for a plan of fewer than `HOST_FIRST_MIN_STEPS` steps
+    unless it is a "sum" plan. The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
@@ -284,10 +295,11 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
         0.0
     """
     short = len(plan.steps) < HOST_FIRST_MIN_STEPS
-    if (short and plan.semiring != "sum") or not pays_on_host(plan, on_device):
+    summed = plan.semiring == "sum"
+    if (short and on_device and not summed) or not pays_on_host(plan, on_device):
         return 0.0
-    # (a short plan here is a "sum" one; the share was measured on a CPU)
-    share = RENTAL_SUM_COMPILE_SHARE if short and not on_device else 1.0
+    # (the share was measured on "sum" programs on a CPU)
+    share = RENTAL_SUM_COMPILE_SHARE if short and summed and not on_device else 1.0
     return share * compile_seconds(plan)
 
 
