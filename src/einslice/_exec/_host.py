@@ -490,20 +490,22 @@ def _exact_log_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out
 
 
-def _max_product(a: np.ndarray, b: np.ndarray, add=None) -> np.ndarray:
+def _max_product(
+    a: np.ndarray, b: np.ndarray, plain: Callable[[], bool] | None = None
+) -> np.ndarray:
     """The max over k of a[., m, k] + b[., k, n].
 
     In einslice's native kernel (`_native.host_max_plus`, which annihilates
     as `_annihilating_add` does), else in numpy, a block of k at a time
     (Grids_15's MAP walk: 14.6 s in numpy, well under a second in the
-    kernel), by ``add`` (None: `_annihilating_add` where a side holds
-    ``+inf`` or NaN, else ``np.add``).
+    kernel), by a plain add where ``plain()`` says it is exact or neither
+    side holds ``+inf`` or NaN, else by `_annihilating_add`.
     """
     native = host_max_plus(a, b)
     if native is not None:
         return native
-    if add is None:
-        add = _annihilating_add if _unsafe(a) or _unsafe(b) else np.add
+    exact = (plain is not None and plain()) or not (_unsafe(a) or _unsafe(b))
+    add = np.add if exact else _annihilating_add
     n_batch, rows, inner = a.shape
     cols = b.shape[2]
     block = max(1, MAX_BLOCK_ENTRIES // max(1, n_batch * rows * cols))
@@ -595,56 +597,70 @@ _WRITTEN: dict[str, HostRules] = {
 HOST_RULES: dict[str, HostRules] = rules_for_every_semiring(
     "host walk (numpy)", _WRITTEN, HostRules.negated, "_WRITTEN in _exec/_host.py"
 )
-# ... and with plain adds for products, for chunks whose operands no product
-# can take to +inf (`chunk_rules`)
-_PLAIN_RULES: dict[str, HostRules] = rules_for_every_semiring(
-    "host walk (numpy, plain adds)",
-    {
-        **_WRITTEN,
-        LOG.name: HostRules(_log_sum, _log_add, np.add, _log_product),
-        MAX.name: HostRules(
-            _max, np.maximum, np.add, partial(_max_product, add=np.add)
-        ),
-    },
-    HostRules.negated,
-    "_WRITTEN in _exec/_host.py",
-)
 
 
 def chunk_rules(ring: Semiring, operands: Sequence[np.ndarray]) -> HostRules:
-    """The rules a chunk of ``operands`` runs by: plain adds where they are exact.
+    """``HOST_RULES``' for a chunk of ``operands``, adding plainly where that is exact.
 
     A product of "log", "max" or "min" annihilates (`_annihilating_add`),
     which takes a max pass over both sides of every step to tell whether
     one may hold ``+inf`` (``-inf`` in "min") or NaN: 13% of a 40-step
-    max-plus walk of 3-state variables (2026-12-07). Where no operand holds
-    either, and the sum of their largest entries stays far inside the
-    float range (no sum of entries overflows to ``+inf``), no product can
-    meet ``+inf`` and a plain add gives the same: one pass an operand, once.
+    max-plus walk of 3-state variables (2026-12-07). These rules tell once
+    for the chunk, when a product first needs to (`_plain_adds_exact`;
+    max-plus products in the native kernel never do), and then add
+    plainly if no product can meet ``+inf``.
+
+    Example:
+        >>> rules = chunk_rules(semiring_named("max"), [np.array([np.inf, 0.0])])
+        >>> rules.times(np.array([np.inf]), np.array([-np.inf])).tolist()
+        [-inf]
+    """
+    rules = HOST_RULES[ring.name]
+    if not (math.isinf(ring.zero) and operands) or np.iscomplexobj(operands[0]):
+        return rules
+    told: list[bool] = []
+
+    def plain() -> bool:
+        if not told:
+            told.append(_plain_adds_exact(ring, operands))
+        return told[0]
+
+    def times(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        # (-((-a) + (-b)) is a + b: a plain add serves "min" as it is)
+        return np.add(a, b) if plain() else rules.times(a, b)
+
+    def min_plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return -_max_product(-a, -b, plain)
+
+    product: Callable[[np.ndarray, np.ndarray], np.ndarray] = rules.product
+    if ring.selective:  # (the kernel annihilates: it never asks)
+        product = min_plus if ring.negation_of else partial(_max_product, plain=plain)
+    return HostRules(rules.reduce, rules.combine, times, product)
+
+
+def _plain_adds_exact(ring: Semiring, operands: Sequence[np.ndarray]) -> bool:
+    """Whether no product of these operands' entries can meet ``+inf`` (or NaN).
+
+    None holds ``+inf`` (``-inf`` for "min") or NaN, and the sum of their
+    largest entries stays far inside the float range, so that no sum of
+    entries overflows to ``+inf`` either: a plain add is then the product.
 
     Example:
         >>> max_plus = semiring_named("max")
-        >>> chunk_rules(max_plus, [np.zeros(2)]) is _PLAIN_RULES["max"]
+        >>> _plain_adds_exact(max_plus, [np.zeros(2), np.array([-np.inf])])
         True
-        >>> chunk_rules(max_plus, [np.array([np.inf])]) is HOST_RULES["max"]
-        True
+        >>> _plain_adds_exact(max_plus, [np.array([1e308]), np.array([1e308])])
+        False
     """
-    rules = HOST_RULES[ring.name]
-    if not (math.isinf(ring.zero) and operands):
-        return rules
-    if np.iscomplexobj(operands[0]):  # (ordered as numpy orders them)
-        return rules
     upward = ring.zero < 0  # (the side +inf lies on: "min" mirrors it)
     bound = 0.0
     for x in operands:
         if x.size:
             top = float(x.max()) if upward else -float(x.min())
             if not top < math.inf:  # +inf, or NaN
-                return rules
+                return False
             bound += max(top, 0.0)
-    if bound < np.finfo(operands[0].dtype).max / 4:
-        return _PLAIN_RULES[ring.name]
-    return rules
+    return bound < float(np.finfo(operands[0].dtype).max) / 4
 
 
 _SUM = semiring_named("sum")
