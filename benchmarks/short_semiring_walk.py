@@ -77,7 +77,7 @@ def _run(case: str, mode: str) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES)
     args = parser.parse_args()
