@@ -505,7 +505,7 @@ def _max_product(
     if native is not None:
         return native
     exact = (plain is not None and plain()) or not (_unsafe(a) or _unsafe(b))
-    add = np.add if exact else _annihilating_add
+    add = np.add if exact else _masked_add  # (the sides checked once, above)
     n_batch, rows, inner = a.shape
     cols = b.shape[2]
     block = max(1, MAX_BLOCK_ENTRIES // max(1, n_batch * rows * cols))
@@ -539,6 +539,11 @@ def _annihilating_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """
     if not (_unsafe(a) or _unsafe(b)):
         return np.add(a, b)
+    return _masked_add(a, b)
+
+
+def _masked_add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`_annihilating_add` without its check: ``-inf`` wherever a side is ``-inf``."""
     with np.errstate(invalid="ignore"):
         total = np.add(a, b)
         return np.where(np.minimum(a, b) == -np.inf, -np.inf, total).astype(total.dtype)
