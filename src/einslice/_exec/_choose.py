@@ -60,9 +60,11 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # -- the figures: what the rules below compare ------------------------------------
 
 # A plan called outside any trace runs its first calls in numpy when one walk
-# is estimated to beat its compile (`host_first_seconds`): a "sum" plan
-# whatever its step count, others only from this many steps on. Until
-# 2026-12-07 the step count held for all, on this measurement: a fresh
+# is estimated to beat its compile (`host_first_seconds`), whatever its step
+# count and semiring, on a CPU and on an accelerator. Plans of fewer than
+# SHORT_PLAN_STEPS steps are "short": on a CPU a short "sum" plan weighs its
+# walks against a share of its compile estimate (`RENTAL_SUM_COMPILE_SHARE`).
+# Until 2026-12-07 short plans compiled at once, on this measurement: a fresh
 # 12-matrix chain (11 steps, compile ~120-240 ms, walk estimated 6.3 ms)
 # walked from 2 steps on lost at 10 and 100 calls in 5 of 5 process pairs at
 # load 9-10 (N=10: 0.42-0.65 s against 0.14-0.39 s compiled at once; numpy's
@@ -75,26 +77,28 @@ HOWS = ("estimate", "wisdom", "measure", "host")
 # Slow walks now end the rental by their measured pace (`host_slow_seconds`)
 # and take one BLAS thread where that times faster (``_run``). On a TPU v5e
 # (operands on the chip, copied to the host and back; 2026-12-07,
-# benchmarks/short_walk.py, fresh interpreters, medians of 3)
-# short "sum" plans walked first win at every horizon measured: seed 7's
-# chain 20/35/145 ms at 1/10/100 calls against 180/186/236 compiled at once
-# (jnp.einsum 296/309/426), seed 11's 25/41/169 against 206/212/262, so the
-# accelerator follows the CPU's rule. The other semirings kept the step
-# count while their numpy walk differed from XLA's program at infinities
-# beside empty sums; it no longer does (tests/exec/test_semiring_corners.py),
-# and on a CPU their short plans walk too, against their whole compile
-# estimate (which their programs exceed: an 11-step 12-matrix chain of
-# 40x40 float32 compiled in 3.7 s in "max" and 2.0 s in "log", 0.03 s in
-# "sum", against 0.33 s estimated; load 2.7, 2026-12-07). What N calls of
-# einslice.einsum cost in fresh interpreters, planning and compiles
-# included, walked first against compiled at once
-# (benchmarks/short_semiring_walk.py, medians of 3, load 1.4-5.6), at N = 1
-# / 10 / 100: that chain in "max" 16 / 59 / 355 ms against 4030 / 4039 /
-# 4115, in "log" 13 / 63 / 259 against 2022 / 2029 / 2098; a cycle of 9
-# tables of 4-state variables (8 steps) in "max" 17 / 38 / 173 against
-# 1530 / 1533 / 1560, in "log" 16 / 31 / 145 against 650 / 655 / 695. On an
-# accelerator they keep it (not measured there).
-HOST_FIRST_MIN_STEPS = 16
+# benchmarks/short_walk.py, fresh interpreters, medians of 3) short "sum"
+# plans walked first win at every horizon measured: seed 7's chain 20/35/145
+# ms at 1/10/100 calls against 180/186/236 compiled at once (jnp.einsum
+# 296/309/426), seed 11's 25/41/169 against 206/212/262. The other
+# semirings compiled short plans at once while their numpy walk differed
+# from XLA's program at infinities beside empty sums; it no longer does
+# (tests/exec/test_semiring_corners.py), and their programs compile far
+# above the estimate (an 11-step 12-matrix chain of 40x40 float32: 3.7 s in
+# "max", 2.0 s in "log", 0.03 s in "sum", against 0.33 s estimated on this
+# CPU; 11.9 s and 4.1 s on the TPU). What N calls of einslice.einsum cost
+# in fresh interpreters, planning and compiles included, walked first
+# against compiled at once (benchmarks/short_semiring_walk.py), at N = 1 /
+# 10 / 100, on this CPU (medians of 3, load 1.4-5.6, 2026-12-07) and on a
+# TPU v5e (one interpreter each, 2026-12-08; results/short_semiring_walk.md):
+# that chain in "max" 16 / 59 / 355 ms against 4030 / 4039 / 4115 (TPU: 34 /
+# 101 / 600 against 11917 / 11924 / 11995), in "log" 13 / 63 / 259 against
+# 2022 / 2029 / 2098 (TPU: 14 / 67 / 261 against 4089 / 4098 / 4164); a
+# cycle of 9 tables of 4-state variables (8 steps) in "max" 17 / 38 / 173
+# against 1530 / 1533 / 1560 (TPU: 31 / 65 / 308 against 3326 / 3334 /
+# 3404), in "log" 16 / 31 / 145 against 650 / 655 / 695 (TPU: 17 / 37 / 150
+# against 987 / 994 / 1059).
+SHORT_PLAN_STEPS = 16
 # The share of the CPU profile's compile estimate (``Profile.compile_estimate``,
 # 0.03 s a step, measured on "log" plans of UAI networks) that a
 # "sum" plan's ski rental weighs its walks against: "sum" programs compile in
@@ -102,7 +106,7 @@ HOST_FIRST_MIN_STEPS = 16
 # 330 ms; einsum-benchmark networks of 39-199 steps: 0.3-1.5 s, 7.5 ms a
 # step). At the whole estimate the chain walked ~60 calls before compiling
 # and its first 100 calls took 0.64-0.89 s, against 0.52-0.70 s compiled at
-# once (load 2-2.6). Only for plans of fewer than HOST_FIRST_MIN_STEPS
+# once (load 2-2.6). Only for plans of fewer than SHORT_PLAN_STEPS
 # steps: on fresh seed 7's 81-tensor lattice (80 steps) the share started
 # the compile at call ~45, and the walks beside it ran at 13-35 ms instead
 # of 8-14 (the compile holds a core and the interpreter): 2.8-3.0 s for the
@@ -281,9 +285,7 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
     "sum" plan on a CPU), the next call runs on the host too; after that the plan
     is compiled. Zero (compile at once) when one host run is not
     estimated to beat the compile (`pays_on_host`; ``on_device``: the
-    operands live on an accelerator, and the walk copies them), and on an
-    accelerator for a plan of fewer than `HOST_FIRST_MIN_STEPS` steps
-    unless it is a "sum" plan. The caller
+    operands live on an accelerator, and the walk copies them). The caller
     (``_run._TopLevelRun``) checks the call itself: outside a trace, default
     precision, a float or complex result.
 
@@ -294,11 +296,11 @@ def host_first_seconds(plan: Plan, on_device: bool = False) -> float:
         >>> host_first_seconds(einslice.plan("ij,jk->ik", (2048, 2048), (2048, 2048)))
         0.0
     """
-    short = len(plan.steps) < HOST_FIRST_MIN_STEPS
-    summed = plan.semiring == "sum"
-    if (short and on_device and not summed) or not pays_on_host(plan, on_device):
+    if not pays_on_host(plan, on_device):
         return 0.0
-    # (the share was measured on "sum" programs on a CPU)
+    # (the share was measured on short "sum" programs on a CPU)
+    short = len(plan.steps) < SHORT_PLAN_STEPS
+    summed = plan.semiring == "sum"
     share = RENTAL_SUM_COMPILE_SHARE if short and summed and not on_device else 1.0
     return share * compile_seconds(plan)
 
