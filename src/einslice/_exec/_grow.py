@@ -36,6 +36,7 @@ from .._plan._search import (
     TRIAL_COST_PER_TENSOR,
     TreeSearch,
     least_search_cost,
+    rule_scale,
 )
 from .._plan._types import Plan
 from . import _apart
@@ -158,17 +159,35 @@ def first_growth_call(p: Plan) -> int | None:
         True
     """
     least = least_search_cost(len(p.prepared))
-    time_ = max(p.cost.time, 1e-12)
+    time_ = max(p.cost.time * scale(p), 1e-12)
     call = max(PLAN_RUNS, 2 * math.ceil(least / time_))
     return call if call <= GROW_LAST_CALL else None
+
+
+def scale(p: Plan) -> float:
+    """What one second of ``p``'s estimate weighs against trial costs (`rule_scale`).
+
+    1 on the CPU profile (and a plan without one); above where the device's
+    estimates read further below measured times: ``p``'s first growth comes
+    at the calls that pay for a search as measured, and its budget (its
+    estimated seconds) affords the trials it would on a CPU.
+
+    Example:
+        >>> import einslice
+        >>> cpu, tpu = einslice.profiles.CPU, einslice.profiles.TPU
+        >>> p = einslice.plan("ij,jk->ik", (2, 2), (2, 2), profile=cpu)
+        >>> scale(p), scale(einslice.plan("ij,jk->ik", (2, 2), (2, 2), profile=tpu))
+        (1.0, 6.666666666666667)
+    """
+    return 1.0 if p.profile is None else rule_scale(p.profile)
 
 
 def pace(p: Plan, seconds: float) -> float:
     """How much faster a runner holding ``p`` counts its calls' run time (``spent``).
 
     ``seconds``, a call of ``p`` as measured, over `GROW_MEASURED_PER_ESTIMATED`
-    times its estimate, between 1 and `PACE_MAX`; 1 for a call of at most
-    `PACE_MIN_SECONDS`.
+    times its estimate (and its device's `scale`), between 1 and `PACE_MAX`;
+    1 for a call of at most `PACE_MIN_SECONDS`.
 
     Example:
         >>> import dataclasses, einslice
@@ -179,7 +198,8 @@ def pace(p: Plan, seconds: float) -> float:
     """
     if seconds <= PACE_MIN_SECONDS:
         return 1.0
-    ratio = seconds / (GROW_MEASURED_PER_ESTIMATED * max(p.cost.time, 1e-12))
+    measured = GROW_MEASURED_PER_ESTIMATED * scale(p)
+    ratio = seconds / (measured * max(p.cost.time, 1e-12))
     return min(PACE_MAX, max(1.0, ratio))
 
 
@@ -212,7 +232,8 @@ def contenders(
     every plan timed before (``tried``: their `program_key`; a program is
     timed once), fits ``held``'s memory limit, is estimated within
     `GROW_TIME_WITHIN` of the best estimate (``held``'s included), and whose
-    estimated compile is at most `GROW_MEASURED_PER_ESTIMATED` times ``spent``.
+    estimated compile is at most `GROW_MEASURED_PER_ESTIMATED` (times the
+    device's `scale`) times ``spent``.
 
     Example:
         >>> import einslice
@@ -230,7 +251,7 @@ def contenders(
         if (
             p.peak_bytes <= held.memory_limit
             and p.cost.time <= GROW_TIME_WITHIN * best
-            and compile_seconds(p) <= GROW_MEASURED_PER_ESTIMATED * spent
+            and compile_seconds(p) <= GROW_MEASURED_PER_ESTIMATED * scale(held) * spent
         ):
             chosen.append(p)
     return chosen
@@ -266,7 +287,8 @@ def trial_cost(p: Plan) -> float:
         >>> trial_cost(einslice.plan("ij,jk->ik", (2, 2), (2, 2))) > 0
         True
     """
-    return len(p.prepared) * (TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR)
+    per_tensor = TRIAL_COST_PER_TENSOR + REFERENCE_TRIAL_COST_PER_TENSOR
+    return len(p.prepared) * per_tensor / scale(p)
 
 
 def fruitless_after(growth: Growth, fruitless: int, held: Plan) -> int:

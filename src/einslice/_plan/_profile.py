@@ -131,6 +131,12 @@ class Profile:
     # (XLA's CPU backend computes bfloat16 and float16 in float32: copies of
     # the operands and buffers of 4 bytes an entry); 0: in their own width.
     compute_itemsize: int = 0
+    # Measured seconds of a plan's calls per second of this model's estimate,
+    # on einsum-benchmark-like networks (fixed costs the model leaves out:
+    # dispatch, and per step layouts of small tensors): the tree search's
+    # rules, fixed on the CPU, weigh estimates by it (``_search.rule_scale``).
+    # The CPU's: ~3 (``_search.SUM_MEASURED_PER_ESTIMATED``).
+    measured_per_estimated: float = 3.0
 
     def __hash__(self) -> int:
         # Plans are cached on the profile: hash a few fields, not all 22.
@@ -560,6 +566,16 @@ TPU_DEFAULT = Profile(
     wide_scratch_bytes=2**21,
     wide_loop_scratch_bytes=2**22,
     wide_step_factor=10.0,
+    # Measured on the chip (2026-12-08, .tpu probe steps24: einslice's
+    # optimized programs, warm medians of 15): lattice-8x8-d4 3.5 ms against
+    # 0.376 ms estimated (9x), its CPU-profile tree 1.93 against 0.071 (27x);
+    # ctg-lattice-10x10-d3 5.2/0.43 (12x) and 2.95/0.22 (13x);
+    # mera-p-first-last-d3 22.5/0.31 (72x), 10.1/0.24 (41x); tree-100
+    # 0.77/0.0115 (67x), mps-100 0.90/0.075 (12x). Small steps of tiled
+    # high-rank tensors cost 20-50 us each there, and a call ~0.5 ms, which the
+    # model does not count. 20: the middle of those, below the floor-bound
+    # trees (tree-100's 67x is the call's fixed cost, which no tree improves).
+    measured_per_estimated=20.0,
 )
 
 BUILT_IN = {"cpu": CPU_DEFAULT, "gpu": GPU_DEFAULT, "tpu": TPU_DEFAULT}

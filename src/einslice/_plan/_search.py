@@ -482,8 +482,9 @@ def _cached(
     quick = _quick_trees(
         terms, output, sizes, itemsize, limit, semiring, profile, given, seed
     )
+    scale = rule_scale(profile)  # (the rules' seconds: the CPU's estimates')
     if quick is not None and not search_pays(
-        allowance(quick.time, budget), len(terms), semiring
+        allowance(quick.time, budget) * scale, len(terms), semiring
     ):
         found = quick
     else:
@@ -500,7 +501,7 @@ def _cached(
         runs > 1
         and (found.trials == 0 or quick_won)
         and not found.sliced
-        and not cheap(runs * found.time, len(terms))
+        and not cheap(runs * found.time * scale, len(terms))
     ):
         # a quick tree no search could pay for or improve on, not cheap for
         # ``runs`` runs: worth a reconfiguration; then the other quick trees'
@@ -509,7 +510,7 @@ def _cached(
         args = (terms, output, sizes, itemsize, limit, semiring, profile, given)
         start = found.path
         found = reconfigured(found, *args)
-        if reconfigures_others(runs * found.time, len(terms)):
+        if reconfigures_others(runs * found.time * scale, len(terms)):
             paths = quick_paths(*_hashable(terms, output, sizes), seed)
             others = tuple(p for p in paths if p != start)
             found = reconfigured(found, *args, others, own=False)
@@ -762,10 +763,11 @@ def _search(
         """
         seconds = deadline - _wall()
         if since is not None and bounded:
-            bound = planning_bound(min(best_time, quick_time), semiring)
+            bound = planning_bound(min(best_time, quick_time) * scale, semiring)
             seconds = min(seconds, since + bound - _clock())
         return seconds
 
+    scale = rule_scale(profile)
     objective = _objective(
         terms, output, sizes, itemsize, memory_limit, semiring, profile
     )
@@ -790,12 +792,22 @@ def _search(
         return math.inf if found is None else found.time
 
     complete = _run_trials(
-        optimizer, terms, output, sizes, seed, trials, patience, left, anneal, budget
+        optimizer,
+        terms,
+        output,
+        sizes,
+        seed,
+        trials,
+        patience,
+        left,
+        anneal,
+        budget,
+        scale,
     )
     own = _found(optimizer, len(sizes))
     if annealed and better(annealed[0], own, memory_limit, profile):
         own = dataclasses.replace(annealed[0], trials=own.trials)
-    if not complete or not needs_reference(own, sizes, len(terms), budget):
+    if not complete or not needs_reference(own, sizes, len(terms), budget, scale):
         return own, complete  # (cut short by the wall-time cap: no time left)
     seconds_left = left(own.time)
     own_trial_seconds = (_wall() - started) / max(own.trials, 1)
@@ -805,7 +817,7 @@ def _search(
         # cap (or the planning bound) ends the search here (not
         # reproducible: not stored on disk).
         return own, False
-    trials_ = reference_budget(own, len(terms), budget, sizes)
+    trials_ = reference_budget(own, len(terms), budget, sizes, scale)
     tree, reference_complete = reference_search(
         terms, output, sizes, itemsize, memory_limit, seed, trials_, seconds_left
     )
@@ -832,6 +844,7 @@ def reference_budget(
     n_terms: int,
     budget: float | None = None,
     sizes: Sequence[int] | None = None,
+    scale: float = 1.0,
 ) -> int:
     """The reference search's trials: at most as many as einslice's own ran.
 
@@ -841,7 +854,8 @@ def reference_budget(
     and slicing round of ``own``'s sliced indices (their ``sizes``; None:
     one round), as `needs_reference` and the wall-time check count it (the
     rule that ends einslice's own trials, with cotengra's heavier trial; a
-    growth search's ``budget`` where larger, see `allowance`); at least one.
+    growth search's ``budget`` where larger, see `allowance`; times
+    ``scale``, `rule_scale`); at least one.
     Counted per tensor only, lattice-6x6-periodic-d4 (einsum-benchmark, 36
     tensors, its tree sliced 16 ways) was given 3 reference trials, 0.3 s
     estimated each, which took 2.5-3.5 s of its 3.4-5.6 s of planning
@@ -859,12 +873,16 @@ def reference_budget(
     """
     slices = 1 if sizes is None else math.prod(sizes[i] for i in own.sliced)
     trial = reference_trial_seconds(n_terms, slices)
-    affordable = int(allowance(own.time, budget) // trial)
+    affordable = int(allowance(own.time, budget) * scale // trial)
     return max(1, min(own.trials, affordable))
 
 
 def needs_reference(
-    own: Found, sizes: Sequence[int], n_terms: int, budget: float | None = None
+    own: Found,
+    sizes: Sequence[int],
+    n_terms: int,
+    budget: float | None = None,
+    scale: float = 1.0,
 ) -> bool:
     """Whether cotengra's reference search runs after einslice's own trials.
 
@@ -876,7 +894,8 @@ def needs_reference(
     when one trial (`reference_trial_seconds`) is estimated to cost more than
     `REFERENCE_BUDGET_FACTOR` times einslice's own trials and its tree's run
     time together (a search that cannot pay for itself). A growth search
-    counts its ``budget`` where larger than the tree's run time (`allowance`).
+    counts its ``budget`` where larger than the tree's run time (`allowance`);
+    both times ``scale`` (`rule_scale`).
 
     Example:
         >>> own = Found(((0, 1),), (0,), 1e9, 1.0, 4, 10**6)
@@ -885,7 +904,7 @@ def needs_reference(
     """
     slices = math.prod(sizes[i] for i in own.sliced)
     own_search = own.trials * n_terms * TRIAL_COST_PER_TENSOR
-    spend = allowance(own.time, budget)
+    spend = allowance(own.time, budget) * scale
     most = REFERENCE_BUDGET_FACTOR * (own_search + spend)
     return (
         own.trials > 0
@@ -1094,7 +1113,7 @@ def _annealed(
     from cotengra import ContractionTree
     from cotengra.pathfinders.path_simulated_annealing import simulated_anneal_tree
 
-    cost = len(terms) * ANNEAL_COST_PER_TENSOR
+    cost = len(terms) * ANNEAL_COST_PER_TENSOR / rule_scale(profile)  # (profile's)
     if best_time < ANNEAL_MIN_SHARE * cost:
         return None
     inputs, labels, size_dict = labelled(terms, output, sizes)
@@ -1496,6 +1515,28 @@ def _pairwise(inputs, output, size_dict, path) -> Path:
     return tuple(tuple(int(p) for p in step) for step in path)
 
 
+def rule_scale(profile: Profile) -> float:
+    """What one second of ``profile``'s estimates weighs in the search's rules.
+
+    The rules (trials' costs, the cheap-tree share, rule 0's reconfiguration,
+    the reference's budget, the planning bound) were fixed on the CPU, whose
+    estimates read ``CPU_DEFAULT.measured_per_estimated`` below measured
+    times; a device whose estimates read further below counts its trees'
+    estimates this much dearer (``Profile.measured_per_estimated``): on a
+    TPU v5e they read 9-70x below (fixed per-step costs of small tiled
+    steps), and its lattices' quick trees counted as cheap, were neither
+    reconfigured nor searched, and ran 1.8x slower on the chip than the
+    CPU profile's trees.
+
+    Example:
+        >>> from einslice._plan._profile import TPU_DEFAULT
+        >>> rule_scale(CPU_DEFAULT), rule_scale(TPU_DEFAULT) > 1
+        (1.0, True)
+    """
+    ratio = profile.measured_per_estimated / CPU_DEFAULT.measured_per_estimated
+    return max(ratio, 1e-3)  # (a stored profile may say 0)
+
+
 def allowance(best_time: float, budget: float | None) -> float:
     """What a search may spend, in the cost model's seconds: its stopping rules.
 
@@ -1650,6 +1691,7 @@ def _run_trials(
     left: Callable[[float, bool], float],
     anneal: Callable[[float], float] | None = None,
     budget: float | None = None,
+    scale: float = 1.0,
 ) -> bool:
     """Search trial by trial until good enough or out of patience; False on timeout.
 
@@ -1663,7 +1705,8 @@ def _run_trials(
     estimate of the tree it found (inf: none), which the stopping rules then
     count as the best so far. ``budget``: what the trials may cost where
     more than the best tree's estimate (the cheap-tree share and rule 2,
-    `allowance`).
+    `allowance`); ``scale``: what they weigh in the trials' cost units
+    (`rule_scale`).
     """
     inputs, labels, size_dict = labelled(terms, output, sizes)
     bound = math.inf
@@ -1677,7 +1720,7 @@ def _run_trials(
             optimizer.search(inputs, labels, size_dict)
             best_time = min(bound, optimizer.best.get("einslice_time", math.inf))
             trial_cost = len(terms) * TRIAL_COST_PER_TENSOR
-            if cheap(allowance(best_time, budget), len(terms)):
+            if cheap(allowance(best_time, budget) * scale, len(terms)):
                 return True
             minimum = done * len(terms) >= MIN_TENSOR_TRIALS or done == trials
             if minimum:
@@ -1687,7 +1730,7 @@ def _run_trials(
                     bound = anneal(best_time)
                     best_time = min(bound, best_time)
                     anneal = None
-                if allowance(best_time, budget) < done * trial_cost or (
+                if allowance(best_time, budget) * scale < done * trial_cost or (
                     optimizer.trials_since_best >= patience
                 ):
                     return True
