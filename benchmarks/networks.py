@@ -579,6 +579,12 @@ def run_einslice(
     )
     if not runner.steady:  # (its later calls may run faster than its last)
         note += ", not steady"
+    keep = getattr(runner.stage, "keep", None)  # (the walk kept: ``_keep``)
+    if keep is not None and keep.verdict == "walk" and keep.walks:
+        note += (
+            f", walks kept ({min(keep.walks) * 1e3:.3g} ms, the program "
+            f"{keep.program * 1e3:.3g} ms)"
+        )
     growths = getattr(runner, "growths", [])
     if growths:
         held = einslice.running_plan(plan)

@@ -443,12 +443,16 @@ class Trial:
         """Each plan's median call, in seconds (held plan first)."""
         return tuple(statistics.median(t) for t in self.times)
 
-    def choice(self) -> int:
+    def choice(self, held: float | None = None) -> int:
         """The plan to hold: the fastest kept when `GROW_MIN_GAIN` faster, else 0.
 
-        The compiles are spent by now, so no saving has to pay for them.
+        ``held``: the held plan's seconds where its calls run faster than
+        its program (a walk kept instead of it: ``_keep``), which the others
+        must beat. The compiles are spent by now, so no saving has to pay
+        for them.
         """
         medians = self.medians()
+        base = medians[0] if held is None else min(medians[0], held)
         kept = [k for k in range(len(medians)) if k not in self.dropped]
         fastest = min(kept, key=medians.__getitem__)
-        return fastest if medians[fastest] <= (1 - GROW_MIN_GAIN) * medians[0] else 0
+        return fastest if medians[fastest] <= (1 - GROW_MIN_GAIN) * base else 0

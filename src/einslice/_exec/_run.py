@@ -12,6 +12,7 @@ import math
 import threading
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache, partial
 
@@ -28,6 +29,7 @@ from ._choose import Later, host_first_seconds, host_slow_seconds
 from ._compat import CONCRETE_ARRAYS, as_weak, supported_options
 from ._executors import EXECUTORS, executor_of
 from ._grow import Growth, Trial
+from ._keep import KEEP_TIMED_CALLS, WalkOrProgram
 from ._semiring import Config
 from ._threads import BlasChoice
 
@@ -186,9 +188,13 @@ class _Stage:
         plan: the plan held (the caller's, or a grown one).
         program: its compiled program (jitted `_run_impl`, with options).
         host: whether calls that the host walk can match run it instead
-            (the ski rental's first calls).
+            (the ski rental's first calls; with ``keep``, those it keeps).
         optimized: whether ``program`` is the optimized one (no recompile due).
         trial: a growth's timing (`_grow.Trial`): calls of its config run it.
+        keep: once ``program`` has landed after the walks, which of the walk
+            and the program the calls the walk can match run
+            (`_keep.WalkOrProgram`); None: the rental's walks (``host``),
+            or the program for good.
     """
 
     plan: Plan
@@ -196,6 +202,7 @@ class _Stage:
     host: bool
     optimized: bool
     trial: Trial | None = None
+    keep: WalkOrProgram | None = None
 
 
 class _TopLevelRun:
@@ -207,7 +214,10 @@ class _TopLevelRun:
     accelerator, its operands' copies to the host count; a host run far
     slower than estimated, `_choose.host_slow_seconds`, starts the compile
     at once); then the optimized program (compiled in the background while
-    the walks go on). A plan with no walk runs the compile-time program,
+    the walks go on), unless its first calls, timed against the walks,
+    take `_keep.KEEP_RATIO` times as long: then the calls walk on, and
+    re-time the program now and then (``_keep``: a re-timing that finds it
+    as fast holds it for good). A plan with no walk runs the compile-time program,
     and the optimized one from its `OPTIMIZE_AFTER_CALLS`-th compiled call
     on (the same program when the plan is not cheap).
 
@@ -264,6 +274,12 @@ class _TopLevelRun:
         # and which the walks take (`_walk`, ``_threads``)
         self.host_best = {False: math.inf, True: math.inf}
         self.blas = BlasChoice()
+        # the recent walks' seconds (not beside background work): where the
+        # program's first calls take about as long, it is held untimed against
+        # fresh walks (``_keep``)
+        self.walks: deque[float] = deque(maxlen=KEEP_TIMED_CALLS)
+        self._keeping = threading.Lock()  # (a `WalkOrProgram` is not thread-safe)
+        self._swapping = threading.Lock()  # (stage swaps that read the stage)
         self._preparing = False  # (the one-thread controller asked for)
         self.stage = _Stage(p, first, host, optimized)
         self.calls = 0  # compiled calls
@@ -291,10 +307,15 @@ class _TopLevelRun:
 
     @property
     def steady(self) -> bool:
-        """Whether the next call runs the program every later call runs."""
+        """Whether the next call runs what every later call runs.
+
+        The optimized program, or the walk kept instead of it (which re-times
+        the program now and then: ``_keep``).
+        """
         stage = self.stage
+        keep = stage.keep
         return (
-            not stage.host
+            (not stage.host or (keep is not None and keep.verdict == "walk"))
             and stage.optimized
             and stage.trial is None
             and self.grow_at is None
@@ -321,8 +342,12 @@ class _TopLevelRun:
         ):
             self._submit(partial(self._grow, self.top_calls, self.spent), config, args)
         if stage.host and _host_call(stage.plan, config, args):
+            if stage.keep is not None:
+                return self._kept(stage, stage.keep, config, args)
             out, seconds, single = self._walk(stage.plan, config, args)
             self.host_spent += seconds
+            if not self.busy.locked():
+                self.walks.append(seconds)
             # (a run far slower than the fastest is not what the rental
             # weighed: compile; but one on BLAS's own threads where one
             # thread can be set tells only that those are oversubscribed,
@@ -351,10 +376,50 @@ class _TopLevelRun:
             return self._paced(stage, config, args)
         return stage.program(stage.plan, config, *args)
 
-    def _walk(self, p: Plan, config: Config, args: tuple) -> tuple[object, float, bool]:
+    def _kept(self, stage: _Stage, keep: WalkOrProgram, config: Config, args: tuple):
+        """A call once the program has landed: walked or run, as ``keep`` says.
+
+        Timed to its result (the walk's put on the device included: on an
+        accelerator its copies are the walk's cost) and recorded; not
+        counted while the runner's background work runs beside it. The call
+        that decides sets the runner's pace from the side kept
+        (`_grow.pace`), and one that holds the program swaps it in for good.
+        """
+        with self._keeping:
+            program = keep.next()
+        busy = self.busy.locked()
+        start = time.perf_counter()
+        if program:
+            out = jax.block_until_ready(stage.program(stage.plan, config, *args))
+        else:
+            # (the first walk after program calls is not timed for BLAS's
+            # choice either: XLA's threads still spin)
+            after = keep.last is True
+            walked, _, _ = self._walk(stage.plan, config, args, counted=not after)
+            out = jax.block_until_ready(_on_device(walked))
+        seconds = time.perf_counter() - start
+        counted = not busy and not self.busy.locked()
+        with self._keeping:
+            verdict = keep.record(program, seconds, counted)
+            if verdict is not None:  # (the side kept: its calls' seconds)
+                kept = keep.program if verdict == "program" else min(keep.walks)
+                assert kept is not None
+                self.pace = _grow.pace(stage.plan, kept)
+                self.pacing = None
+        if verdict == "program":
+            with self._swapping:
+                now = self.stage
+                if now.keep is keep:  # (not swapped meanwhile)
+                    self.stage = dataclasses.replace(now, host=False, keep=None)
+        return out
+
+    def _walk(
+        self, p: Plan, config: Config, args: tuple, counted: bool = True
+    ) -> tuple[object, float, bool]:
         """A host run of ``p`` on the BLAS threads that time faster.
 
-        Returns its result, its seconds and whether it ran on one thread.
+        Returns its result, its seconds and whether it ran on one thread;
+        ``counted`` False: not timed for the BLAS threads' choice.
 
         The runner's first walk on one thread where that can be set (on
         BLAS's own threads while it cannot yet), then each side in turn,
@@ -372,7 +437,9 @@ class _TopLevelRun:
             out = EXECUTORS["host"].run(p, config, args)
         seconds = time.perf_counter() - start
         single = single or busy
-        self.blas.record(single, seconds, counted=not busy and self.blas.walks > 1)
+        self.blas.record(
+            single, seconds, counted=counted and not busy and self.blas.walks > 1
+        )
         if seconds < self.host_best[single]:  # (the fastest: noise only slows)
             self.host_best[single] = seconds
         return out, seconds, single
@@ -426,7 +493,10 @@ class _TopLevelRun:
             self.busy.release()
 
     def _compile(self, config: Config, args: tuple) -> None:
-        """End the host walk: compile the optimized program, then run it.
+        """End the rental's walks: compile the optimized program, then time it.
+
+        Against the walks (`_keep.WalkOrProgram`, seeded with the recent
+        walks): the calls run whichever it keeps.
 
         The optimized one, not the compile-time one (`cheap_to_run`): this
         compile is off the call path, and the calls walk meanwhile. Fresh
@@ -436,7 +506,7 @@ class _TopLevelRun:
         for its first 100 calls against 1.8-1.95 s walking them all
         (2026-12-07, load 1.2-1.6).
         """
-        self._optimize(config, args, host=False)
+        self._optimize(config, args, keep=WalkOrProgram(tuple(self.walks)))
 
     def _optimize(self, config: Config, args: tuple, **changes) -> None:
         """Compile the optimized program (`OPTIMIZE_AFTER_CALLS`), then run it.
@@ -451,9 +521,10 @@ class _TopLevelRun:
             raise
         except Exception:  # (a call compiles it, and raises what is wrong)
             pass
-        self.stage = dataclasses.replace(
-            self.stage, program=later, optimized=True, **changes
-        )
+        with self._swapping:
+            self.stage = dataclasses.replace(
+                self.stage, program=later, optimized=True, **changes
+            )
 
     def adopt(self, chosen: Plan, config: Config, args: tuple) -> None:
         """Run ``chosen`` from the next call on (tuning's winner, `tune_later`).
@@ -513,7 +584,8 @@ class _TopLevelRun:
             self._grown(growth, spent)
         else:
             trial = Trial(plans, programs, config, growth, spent)
-            self.stage = dataclasses.replace(self.stage, trial=trial)
+            with self._swapping:
+                self.stage = dataclasses.replace(self.stage, trial=trial)
 
     def _decide(self, stage: _Stage) -> None:
         """End ``stage``'s trial (on the call that completed it): hold the choice."""
@@ -523,7 +595,11 @@ class _TopLevelRun:
             trial = stage.trial
             if trial is None or self.stage is not stage:  # (decided already)
                 return
-            k = trial.choice()
+            keep = stage.keep
+            # a walk kept instead of the held program is what a plan must beat
+            with self._keeping:
+                walk = min(keep.walks) if keep and keep.verdict == "walk" else None
+            k = trial.choice(held=walk)
             self.tried.update(map(_grow.program_key, trial.plans[1:]))
             growth = dataclasses.replace(
                 trial.growth,
@@ -531,9 +607,23 @@ class _TopLevelRun:
                 timed=trial.medians(),
                 chosen=trial.plans[k].cost.time,
             )
-            # the programs timed are optimized: no recompile, no host walk
-            self.stage = _Stage(trial.plans[k], trial.programs[k], False, True)
-            self.pace = _grow.pace(trial.plans[k], growth.timed[k])
+            # the programs timed are optimized: no recompile. A runner that
+            # judges its walk against its program (``_keep``) goes on with
+            # it where it keeps its plan, and times a new plan's program
+            # (timed by the trial already) against that plan's walks
+            if keep is None:
+                chosen = _Stage(trial.plans[k], trial.programs[k], False, True)
+            elif k == 0:
+                chosen = dataclasses.replace(stage, trial=None)
+            else:
+                keep = WalkOrProgram(program=growth.timed[k])
+                chosen = _Stage(
+                    trial.plans[k], trial.programs[k], True, True, keep=keep
+                )
+            with self._swapping:
+                self.stage = chosen
+            seconds = walk if k == 0 and walk is not None else growth.timed[k]
+            self.pace = _grow.pace(trial.plans[k], seconds)
             self._grown(growth, trial.spent)
         finally:
             self._deciding.release()
