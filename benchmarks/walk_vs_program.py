@@ -17,9 +17,12 @@ Medians after one warm-up round; the load average is printed with them.
 Usage:
     python benchmarks/walk_vs_program.py [--fresh SEED] [--only NAME ...]
         [--rounds 7] [--seconds 6] [--block 4] [--networks-file FILE]
+        [--calls N]
 
 Runs on an accelerator as well (operands on the chip: the walk pays their
 copies to the host and the result's back, as the runner's walks do).
+``--calls N`` then calls a fresh plan N times (growth off) and says what
+its runner chose: the walk kept, the program, or still walking.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 LIMIT = 256 * 2**20
 
 
-def probe(network, rounds: int, seconds: float, block: int) -> dict:
+def probe(network, rounds: int, seconds: float, block: int, calls: int) -> dict:
     import jax
     import jax.numpy as jnp
 
@@ -105,7 +108,40 @@ def probe(network, rounds: int, seconds: float, block: int) -> dict:
     for key, values in times.items():
         row[key] = statistics.median(values)
     row["rounds"] = len(times["program"]) // max(1, block - 1)
+    if calls:
+        row["runner"] = runner_verdict(network, ops, calls)
     return row
+
+
+def runner_verdict(network, ops, calls: int) -> str:
+    """What a fresh runner of the plan chose after ``calls`` calls (``_keep``).
+
+    Growth off: the walk-or-program rule alone, from a new plan (its
+    rental's walks, the background compile, then the timing).
+    """
+    import einslice
+    import networks as nw
+    from einslice._exec import _run
+
+    os.environ["EINSLICE_GROW"] = "0"
+    try:
+        nw._forget_trees()
+        plan = einslice.plan(*nw.interleaved(network, ops), memory_limit=LIMIT)
+        runner = _run._top_level_run(plan)
+        for _ in range(calls):
+            plan(*ops).block_until_ready()
+    finally:
+        os.environ.pop("EINSLICE_GROW", None)
+    stage = runner.stage
+    keep = getattr(stage, "keep", None)
+    if keep is not None and keep.verdict == "walk":
+        return (
+            f"walk kept ({min(keep.walks) * 1e3:.3g} ms, "
+            f"program {keep.program * 1e3:.3g} ms)"
+        )
+    if stage.host:
+        return "walking (not judged yet)"
+    return "program"
 
 
 def main() -> int:
@@ -116,6 +152,12 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--block", type=int, default=4)
     parser.add_argument("--networks-file", metavar="FILE")
+    parser.add_argument(
+        "--calls",
+        type=int,
+        default=0,
+        help="then call a fresh plan this often and say what its runner chose",
+    )
     args = parser.parse_args()
     import networks as nw
 
@@ -129,17 +171,16 @@ def main() -> int:
         chosen = [n for n in chosen if n.name in args.only]
     print(
         "| network | steps | FLOPs | est. ms | walks first | compile s | walk 1 thread "
-        "ms | walk BLAS threads ms | program ms | best walk / program | rounds | load |"
+        "ms | walk BLAS threads ms | program ms | best walk / program | rounds | load "
+        "| runner after --calls |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for network in chosen:
         nw.with_arrays(network)
-        row = probe(network, args.rounds, args.seconds, args.block)
+        row = probe(network, args.rounds, args.seconds, args.block, args.calls)
         load = os.getloadavg()[0]
         if "program" not in row:
-            print(
-                f"| {row['name']} | {row['steps']} | | | no host walk | | | | | | | |"
-            )
+            print(f"| {row['name']} | {row['steps']} | | | no host walk |" + " |" * 8)
             continue
         best = min(row["walk1"], row["walk"])
         flops = np.log10(max(row["flops"], 1))
@@ -149,7 +190,7 @@ def main() -> int:
             f"| {ms['estimate']:.3g} | {'yes' if row['walks_first'] else 'no'} "
             f"| {row['compile']:.2f} | {ms['walk1']:.3g} | {ms['walk']:.3g} "
             f"| {row['program'] * 1e3:.3g} | {best / row['program']:.2f} "
-            f"| {row['rounds']} | {load:.2f} |",
+            f"| {row['rounds']} | {load:.2f} | {row.get('runner', '')} |",
             flush=True,
         )
     return 0
