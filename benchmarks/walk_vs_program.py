@@ -21,8 +21,9 @@ Usage:
 
 Runs on an accelerator as well (operands on the chip: the walk pays their
 copies to the host and the result's back, as the runner's walks do).
-``--calls N`` then calls a fresh plan N times (growth off) and says what
-its runner chose: the walk kept, the program, or still walking.
+``--calls N`` then calls a fresh plan (growth off, its rental ended at
+once) until its runner has judged, N calls at most, and says what it
+chose: the walk kept, the program, or still walking.
 """
 
 from __future__ import annotations
@@ -114,10 +115,11 @@ def probe(network, rounds: int, seconds: float, block: int, calls: int) -> dict:
 
 
 def runner_verdict(network, ops, calls: int) -> str:
-    """What a fresh runner of the plan chose after ``calls`` calls (``_keep``).
+    """What a fresh runner of the plan chose, within ``calls`` calls (``_keep``).
 
-    Growth off: the walk-or-program rule alone, from a new plan (its
-    rental's walks, the background compile, then the timing).
+    Growth off: the walk-or-program rule alone, on a new plan whose rental
+    ends at its first walk (its budget counted spent: the background
+    compile starts at once), called until the rule has judged.
     """
     import einslice
     import networks as nw
@@ -128,8 +130,12 @@ def runner_verdict(network, ops, calls: int) -> str:
         nw._forget_trees()
         plan = einslice.plan(*nw.interleaved(network, ops), memory_limit=LIMIT)
         runner = _run._top_level_run(plan)
+        runner.host_spent = runner.host_budget
         for _ in range(calls):
             plan(*ops).block_until_ready()
+            keep = runner.stage.keep
+            if not runner.stage.host or (keep is not None and keep.verdict):
+                break
     finally:
         os.environ.pop("EINSLICE_GROW", None)
     stage = runner.stage
