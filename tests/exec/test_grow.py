@@ -178,6 +178,37 @@ def test_no_call_waits_for_a_growth_search(early, monkeypatch):
     assert runner.growths[0].call == _grow.PLAN_RUNS
 
 
+def test_the_calls_made_while_it_searched_pay_for_the_compile(early, monkeypatch):
+    # a compile dearer than twice the calls' run time when the search began,
+    # but not than the calls made by the time it returned: compiled and timed
+    args, ops = _ring()
+    p = einslice.plan(*args)
+    cheaper = _cheaper(p, args)
+    go, searching = threading.Event(), threading.Event()
+
+    def grown(request, budget, calls):
+        searching.set()
+        assert go.wait(60)
+        return cheaper, None
+
+    monkeypatch.setattr(_grow, "grown_plans", grown)
+    monkeypatch.setattr(_grow, "timed_call", _timings({p: 1.0, cheaper: 0.01}))
+    compile_ = 2 * 4 * _grow.PLAN_RUNS * p.cost.time
+    monkeypatch.setattr(_grow, "compile_seconds", lambda plan: compile_)
+    runner = _run._top_level_run(p)
+    for _ in range(_grow.PLAN_RUNS):
+        p(*ops)
+    assert searching.wait(60)
+    assert compile_ > _grow.GROW_MEASURED_PER_ESTIMATED * runner.spent
+    for _ in range(5 * _grow.PLAN_RUNS):  # while it searches
+        p(*ops)
+    assert compile_ <= _grow.GROW_MEASURED_PER_ESTIMATED * runner.spent
+    go.set()
+    _calls(p, ops, lambda: einslice.running_plan(p) is cheaper)
+    assert runner.growths[0].call == _grow.PLAN_RUNS
+    assert runner.growths[0].switched
+
+
 @pytest.mark.parametrize("which", ["grown", "runner-up"])
 def test_growth_takes_the_plan_that_times_fastest_not_the_best_estimate(
     early, monkeypatch, which

@@ -233,7 +233,8 @@ def contenders(
     timed once), fits ``held``'s memory limit, is estimated within
     `GROW_TIME_WITHIN` of the best estimate (``held``'s included), and whose
     estimated compile is at most `GROW_MEASURED_PER_ESTIMATED` (times the
-    device's `scale`) times ``spent``.
+    device's `scale`) times ``spent`` (the runner's, when the search
+    returned: the calls made while it searched count).
 
     Example:
         >>> import einslice
