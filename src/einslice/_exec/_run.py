@@ -558,9 +558,9 @@ class _TopLevelRun:
             new, other = _grow.grown_plans(self.request, budget, calls)
             seconds = time.perf_counter() - start
             # (the calls made while it searched are spent too: a search of
-            # 11 s beside 8 ms calls found fresh seed 11's lattice-9x9 a tree
-            # estimated 2.4x faster, which the spent of its start, 1.1 s,
-            # would not compile)
+            # 11 s beside 8 ms calls, load 4-5, found fresh seed 11's
+            # lattice-9x9 a tree estimated 2.4x faster, which the spent of
+            # its start, 1.1 s, would not compile)
             paid = max(spent, self.spent)
             plans = [held, *_grow.contenders(held, (new, other), paid, self.tried)]
             programs = _background.jax_work(lambda: [_optimized(q) for q in plans])
