@@ -114,8 +114,14 @@ CHEAP_TREE_SHARE = 0.1
 # faster: the model ranks close trees wrongly by up to 2x (`_exec._grow.
 # GROW_TIME_WITHIN`), FLOPs are the steadier tie-break.
 OTHER_TREE_MARGIN = 2.0
-# What reconfiguring one more quick tree costs, in trials (`reconfigures_others`).
-RECONFIGURE_TRIALS = 2
+# What reconfiguring one more quick tree costs, in trials (`reconfigures_others`):
+# one objective ("combo") of one tree took 0.2-0.5 s on einsum-benchmark's
+# 50- to 100-tensor networks (2 cores, load 2-5), about one trial at the
+# ~5 ms per tensor measured for `TRIAL_COST_PER_TENSOR`. Counted as both
+# objectives' two trials, fresh11-randreg-70-d3's others were never tried
+# (ten runs of 16.5 ms against 233 ms), where the plain greedy tree
+# reconfigures to 1.72 ms (2026-12-08).
+RECONFIGURE_TRIALS = 1
 # The runs a tree of ``einsum`` or ``plan`` is expected to serve (a plan is
 # reused, and einsum caches plans): rule 0 weighs a quick tree's run time by
 # it. A quick tree cheap for one run but not for PLAN_RUNS is improved by
@@ -508,12 +514,8 @@ def _cached(
         # too, where ``runs`` runs of the reconfigured tree still cost what
         # that costs (`reconfigures_others`: what it can save at most)
         args = (terms, output, sizes, itemsize, limit, semiring, profile, given)
-        start = found.path
-        found = reconfigured(found, *args)
-        if reconfigures_others(runs * found.time * scale, len(terms)):
-            paths = quick_paths(*_hashable(terms, output, sizes), seed)
-            others = tuple(p for p in paths if p != start)
-            found = reconfigured(found, *args, others, own=False)
+        others = quick_paths(*_hashable(terms, output, sizes), seed)
+        found = reconfigured(found, *args, others, runs=runs, scale=scale)
     return found
 
 
@@ -1263,69 +1265,123 @@ def reconfigured(
     profile,
     given,
     others: Sequence[Path] = (),
-    own: bool = True,
+    runs: int = 1,
+    scale: float = 1.0,
 ) -> Found:
     """``quick`` improved by cotengra's subtree reconfiguration, if that helps.
 
-    Two reconfigurations of the whole tree (cotengra's ``subtree_reconfigure``
-    minimizing its flops + write "combo" cost, and FLOPs alone: each wins on
-    some networks), of ``quick``'s tree (unless not ``own``: reconfigured
-    already) and of each of ``others`` (rule 0's other quick trees,
-    `quick_paths`), costed by einslice's model; the fastest of them and
-    ``quick`` that fits the limit. Deterministic: no random choices.
+    Three steps, each a ``subtree_reconfigure`` of a whole tree
+    (`subtree_reconfigured`), costed by einslice's model; the fastest tree
+    that fits the limit is kept:
+
+    1. ``quick``'s tree, minimizing cotengra's flops + write "combo" cost;
+    2. where ``runs`` runs of the best so far pay for it (their estimate
+       times ``scale``, the profile's `rule_scale`), weighted by the share
+       of ``quick``'s time that step 1 left (`reconfigures_others`),
+       each of ``others`` (rule 0's other quick trees, `quick_paths`),
+       minimizing "combo";
+    3. the start whose tree is best, minimizing FLOPs alone.
+
+    Deterministic: no random choices.
 
     Why the others too: the quick tree that ranks first need not reconfigure
     best. On einsum-benchmark's randreg-50-d4-6 the plain greedy tree
     (estimated 1.18 s, 10^11.3 FLOPs) reconfigured to 9.9 ms (10^9.2) where
     the random-greedy one it lost to (24.0 ms) reconfigured to 23.4 ms
     (10^9.65); measured 43 against 172 ms a call (load 4.4, 2 cores;
-    benchmarks/results/networks.md, 2026-12-07 15:30). A tree reconfigured
-    from one of ``others`` replaces the best only with no more FLOPs as
-    well, or when estimated `OTHER_TREE_MARGIN` times faster: on
-    lattice-4x4x4-d2 one estimated 2% faster with 2.4x the FLOPs (10^8.32)
-    ran 8.3 against 5.8 ms; the trees taken (randreg-50, peps-5x5 and
-    random-network of the suite) have fewer FLOPs and ran 1.4-3.9x faster.
+    benchmarks/results/networks.md, 2026-12-07 15:30); fresh11-randreg-70-d3
+    (`RECONFIGURE_TRIALS`) 35.8 ms -> 1.72 ms where the random-greedy tree
+    stayed at 16.5 ms. A tree reconfigured from one of ``others`` replaces
+    the best only with no more FLOPs as well, or when estimated
+    `OTHER_TREE_MARGIN` times faster: on lattice-4x4x4-d2 one estimated 2%
+    faster with 2.4x the FLOPs (10^8.32) ran 8.3 against 5.8 ms; the trees
+    taken (randreg-50, peps-5x5 and random-network of the suite) have fewer
+    FLOPs and ran 1.4-3.9x faster.
+    Why FLOPs from the best start only: each objective wins on some
+    networks (lattice-8x8-d4: 2.51 ms by "combo", 1.99 ms by FLOPs), but on
+    the 34 networks of benchmarks/results/networks_fresh.md whose quick tree
+    is reconfigured, both objectives from every start (four
+    reconfigurations for two quick trees) found a faster tree than these
+    steps on three only, by 2-10% (the fresh lattice-9x9-d3 1.32 against
+    1.36 ms), for twice the reconfiguration time (55 against 27 s in all).
+
+    Example:
+        >>> terms = [(i, (i + 1) % 8) for i in range(8)]  # a ring of matrices
+        >>> args = (terms, (), [64] * 8, 4, 2**30, "sum", CPU_DEFAULT, None)
+        >>> quick = _quick_trees(*args)
+        >>> reconfigured(quick, *args).time <= quick.time
+        True
+    """
+    labels = labelled(terms, output, sizes)
+    network = (terms, output, sizes, itemsize, semiring, profile, given)
+    best, winner = quick, quick.path
+
+    def consider(start: Path, minimize: str) -> None:
+        nonlocal best, winner
+        path, cost = subtree_reconfigured(labels, start, minimize, *network)
+        if (
+            cost.peak_bytes <= memory_limit
+            and cost.time < best.time
+            and (
+                start == quick.path
+                or cost.flops <= best.flops
+                or cost.time * OTHER_TREE_MARGIN <= best.time
+            )
+        ):
+            best = dataclasses.replace(
+                quick,
+                path=path,
+                flops=cost.flops,
+                time=cost.time,
+                peak_bytes=cost.peak_bytes,
+            )
+            winner = start
+
+    consider(quick.path, "combo")
+    spend = runs * best.time * scale  # (the rules' seconds, `rule_scale`)
+    if reconfigures_others(spend, len(terms), best.time / quick.time):
+        for start in dict.fromkeys(others):
+            if start != quick.path:
+                consider(start, "combo")
+    consider(winner, "flops")
+    return best
+
+
+def subtree_reconfigured(
+    labels,
+    start: Path,
+    minimize: str,
+    terms,
+    output,
+    sizes,
+    itemsize,
+    semiring,
+    profile,
+    given,
+) -> tuple[Path, Cost]:
+    """The tree of ``start`` after cotengra's subtree reconfiguration, and its cost.
+
+    ``labels``: `labelled`'s network; ``minimize``: cotengra's objective
+    ("combo" or "flops"), its default subtree size and iterations.
+
+    Example:
+        >>> terms, sizes = [(0, 1), (1, 2), (2, 3)], [64, 64, 2, 64]
+        >>> start = ((1, 2), (0, 1))  # the outer product's 64 x 64 first
+        >>> labels = labelled(terms, (0, 3), sizes)
+        >>> network = (terms, (0, 3), sizes, 4, "sum", CPU_DEFAULT, None)
+        >>> path, cost = subtree_reconfigured(labels, start, "flops", *network)
+        >>> path, cost.flops < estimate(terms, (0, 3), sizes, 4, "sum", start, {}).flops
+        (((0, 1), (0, 1)), True)
     """
     from cotengra import ContractionTree
 
-    best = quick
-    labels = labelled(terms, output, sizes)
-    starts = (quick.path, *others) if own else others
-    for start in dict.fromkeys(starts):
-        other = start != quick.path
-        tree = ContractionTree.from_path(*labels, path=start)
-        for minimize in ("combo", "flops"):
-            better_tree = tree.subtree_reconfigure(minimize=minimize)
-            path = tuple(tuple(int(p) for p in s) for s in better_tree.get_path())
-            cost = estimate(
-                terms,
-                output,
-                sizes,
-                itemsize,
-                semiring,
-                path,
-                {},
-                profile,
-                False,
-                given,
-            )
-            if (
-                cost.peak_bytes <= memory_limit
-                and cost.time < best.time
-                and (
-                    not other
-                    or cost.flops <= best.flops
-                    or cost.time * OTHER_TREE_MARGIN <= best.time
-                )
-            ):
-                best = dataclasses.replace(
-                    quick,
-                    path=path,
-                    flops=cost.flops,
-                    time=cost.time,
-                    peak_bytes=cost.peak_bytes,
-                )
-    return best
+    tree = ContractionTree.from_path(*labels, path=start)
+    tree = tree.subtree_reconfigure(minimize=minimize)
+    path = tuple(tuple(int(p) for p in step) for step in tree.get_path())
+    cost = estimate(
+        terms, output, sizes, itemsize, semiring, path, {}, profile, False, given
+    )
+    return path, cost
 
 
 @lru_cache(maxsize=64)
@@ -1614,33 +1670,38 @@ def search_pays(spend: float, n_terms: int, semiring: str = "sum") -> bool:
     return semiring != "sum" or spend >= least_search_cost(n_terms)
 
 
-def reconfigures_others(seconds: float, n_terms: int) -> bool:
+def reconfigures_others(seconds: float, n_terms: int, share: float = 1.0) -> bool:
     """Whether runs of a reconfigured quick tree (``seconds``) pay for the others'.
 
-    Reconfiguring one more quick tree (`reconfigured`'s ``others``, both
-    objectives) took 0.42-0.55 s on einsum-benchmark's 50- and 64-tensor
-    networks (2 cores, load 2-4), about two trials (`TRIAL_COST_PER_TENSOR`,
+    Reconfiguring one more quick tree (`reconfigured`'s ``others``, one
+    objective) took 0.05-0.5 s on einsum-benchmark's 38- to 100-tensor
+    networks (2 cores, load 2-5), about one trial (`TRIAL_COST_PER_TENSOR`,
     ~5 ms per tensor measured), so it counts as `RECONFIGURE_TRIALS` trials
-    and is done only when the tree's runs are estimated to cost at least
-    that: what the others can save is at most those runs. ``seconds`` is
-    the quick tree's runs *after* its own reconfiguration (`_cached`):
-    randreg-50 (10 runs of 23.4 ms against 167 ms) is reconfigured from the
-    others (to 9.9 ms), lattice-4x4x4-d2 (1.7 ms) and random-hyper-50 (16
-    ms) are not. Judged on the quick tree before its reconfiguration they
-    were too (45 and ~40 ms), for the same trees after 2.2-2.5 s of planning
-    instead of 1.1-1.2 s, and 1.96 instead of 0.87 s (2026-12-07 17:50, load
-    ~2). The trade, measured: peps-5x5 (suite; 6.57 ms reconfigured, 66 ms
-    for ten runs against 83 ms for two trials) keeps its own tree, not the
-    other's (5.95 ms), planning in 0.29 s instead of 0.51 s (0.11 against
-    0.22 s in a warm process) for calls of 16.4 against 12.1 ms
-    (interleaved, load 1.9): it gains up to ~50 calls; past them growth's
-    searches can still find the other tree.
+    and is done only when the tree's runs, weighted by ``share``, are
+    estimated to cost at least that. ``seconds`` is the quick tree's runs
+    *after* its own reconfiguration (`reconfigured`'s step 1), ``share``
+    that tree's time over the quick tree's (at most 1): what the others
+    can save is at most those runs, and where the quick tree's own
+    reconfiguration moved it little it sits where subtree moves cannot
+    leave, so another start may reconfigure far better. Measured on the
+    networks of benchmarks/results/networks_fresh.md (2026-12-08): where
+    the share was 0.8-1.0, another start reconfigured 2.4-10x faster on 3
+    of 4 (randreg-50-d4-6 23.4 -> 9.9 ms, randreg-60-d5-8 64 -> 19 ms,
+    fresh11-randreg-70-d3 16.5 -> 1.72 ms); below 0.66, on none of 11
+    (mera-likelihood-d2, share 0.34: 9.4 ms against the others' 97 and 565
+    ms, for 0.16 s more planning where its first result was 0.94x the
+    fastest peer's). Judged on the quick tree before its reconfiguration,
+    lattice-4x4x4-d2 (45 ms quick, 3.4 ms reconfigured) and random-hyper-50
+    spent 2.2-2.5 s planning instead of 1.1-1.2 s for the same trees
+    (2026-12-07 17:50, load ~2).
 
     Example:
-        >>> reconfigures_others(0.234, 50), reconfigures_others(0.097, 52)
+        >>> reconfigures_others(0.165, 70), reconfigures_others(0.034, 64)
+        (True, False)
+        >>> reconfigures_others(0.094, 38), reconfigures_others(0.094, 38, 0.34)
         (True, False)
     """
-    return seconds >= RECONFIGURE_TRIALS * n_terms * TRIAL_COST_PER_TENSOR
+    return seconds * share >= RECONFIGURE_TRIALS * n_terms * TRIAL_COST_PER_TENSOR
 
 
 def cheap(seconds: float, n_terms: int) -> bool:
