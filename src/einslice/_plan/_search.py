@@ -1298,12 +1298,11 @@ def reconfigured(
     taken (randreg-50, peps-5x5 and random-network of the suite) have fewer
     FLOPs and ran 1.4-3.9x faster.
     Why FLOPs from the best start only: each objective wins on some
-    networks (lattice-8x8-d4: 2.51 ms by "combo", 1.99 ms by FLOPs), but on
-    the 34 networks of benchmarks/results/networks_fresh.md whose quick tree
-    is reconfigured, both objectives from every start (four
-    reconfigurations for two quick trees) found a faster tree than these
-    steps on three only, by 2-10% (the fresh lattice-9x9-d3 1.32 against
-    1.36 ms), for twice the reconfiguration time (55 against 27 s in all).
+    networks (lattice-8x8-d4: 2.51 ms by "combo", 1.99 ms by FLOPs), but
+    both objectives from every start (four reconfigurations for two quick
+    trees) found a faster tree than these steps on 3 of the 25 distinct
+    networks whose quick tree is reconfigured (the 17 and fresh seeds
+    7-17), by 2-10%, for twice the reconfiguration time (55 against 27 s).
 
     Example:
         >>> terms = [(i, (i + 1) % 8) for i in range(8)]  # a ring of matrices
@@ -1683,11 +1682,11 @@ def reconfigures_others(seconds: float, n_terms: int, share: float = 1.0) -> boo
     that tree's time over the quick tree's (at most 1): what the others
     can save is at most those runs, and where the quick tree's own
     reconfiguration moved it little it sits where subtree moves cannot
-    leave, so another start may reconfigure far better. Measured on the
-    networks of benchmarks/results/networks_fresh.md (2026-12-08): where
-    the share was 0.8-1.0, another start reconfigured 2.4-10x faster on 3
-    of 4 (randreg-50-d4-6 23.4 -> 9.9 ms, randreg-60-d5-8 64 -> 19 ms,
-    fresh11-randreg-70-d3 16.5 -> 1.72 ms); below 0.66, on none of 11
+    leave, so another start may reconfigure far better. On the 17 networks
+    of benchmarks/networks.py and fresh seeds 7 and 11 (2026-12-08), where
+    the share was 0.8-1.0, another start's tree replaced it on 3 of 7
+    (randreg-50-d4-6 23.4 -> 9.9 ms, randreg-60-d5-8 64 -> 19 ms,
+    fresh11-randreg-70-d3 16.5 -> 1.72 ms); below 0.66, on none of 10
     (mera-likelihood-d2, share 0.34: 9.4 ms against the others' 97 and 565
     ms, for 0.16 s more planning where its first result was 0.94x the
     fastest peer's). Judged on the quick tree before its reconfiguration,
