@@ -149,8 +149,12 @@ def test_a_plan_slower_than_its_estimate_grows_sooner(early, monkeypatch):
     assert _grow.PLAN_RUNS <= first <= due / 8 + _grow.PACE_CALLS + 1
 
 
-def test_no_call_waits_for_a_growth_search(early, monkeypatch):
-    # the search blocks until the test lets it go: the calls go on meanwhile
+def _held_search(monkeypatch):
+    """A ring's plan whose growth search finds a 100x faster plan once let go.
+
+    Returns the plan, the faster one, the operands, and the events: set
+    ``go`` to let the search return; ``searching`` is set once it began.
+    """
     args, ops = _ring()
     p = einslice.plan(*args)
     cheaper = _cheaper(p, args)
@@ -163,6 +167,12 @@ def test_no_call_waits_for_a_growth_search(early, monkeypatch):
 
     monkeypatch.setattr(_grow, "grown_plans", grown)
     monkeypatch.setattr(_grow, "timed_call", _timings({p: 1.0, cheaper: 0.01}))
+    return p, cheaper, ops, go, searching
+
+
+def test_no_call_waits_for_a_growth_search(early, monkeypatch):
+    # the search blocks until the test lets it go: the calls go on meanwhile
+    p, cheaper, ops, go, searching = _held_search(monkeypatch)
     monkeypatch.setattr(_grow, "compile_seconds", lambda plan: 0.0)
     runner = _run._top_level_run(p)
     for _ in range(_grow.PLAN_RUNS):
@@ -181,18 +191,7 @@ def test_no_call_waits_for_a_growth_search(early, monkeypatch):
 def test_the_calls_made_while_it_searched_pay_for_the_compile(early, monkeypatch):
     # a compile dearer than twice the calls' run time when the search began,
     # but not than the calls made by the time it returned: compiled and timed
-    args, ops = _ring()
-    p = einslice.plan(*args)
-    cheaper = _cheaper(p, args)
-    go, searching = threading.Event(), threading.Event()
-
-    def grown(request, budget, calls):
-        searching.set()
-        assert go.wait(60)
-        return cheaper, None
-
-    monkeypatch.setattr(_grow, "grown_plans", grown)
-    monkeypatch.setattr(_grow, "timed_call", _timings({p: 1.0, cheaper: 0.01}))
+    p, cheaper, ops, go, searching = _held_search(monkeypatch)
     compile_ = 2 * 4 * _grow.PLAN_RUNS * p.cost.time
     monkeypatch.setattr(_grow, "compile_seconds", lambda plan: compile_)
     runner = _run._top_level_run(p)
