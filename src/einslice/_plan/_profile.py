@@ -135,7 +135,8 @@ class Profile:
     # on einsum-benchmark-like networks (fixed costs the model leaves out:
     # dispatch, and per step layouts of small tensors): the tree search's
     # rules, fixed on the CPU, weigh estimates by it (``_search.rule_scale``).
-    # The CPU's: ~3 (``_search.SUM_MEASURED_PER_ESTIMATED``).
+    # The CPU's: ~3 (the "sum" trees of ``_search.TRIAL_COST_PER_TENSOR``'s
+    # comment; ``_search.SUM_MEASURED_PER_ESTIMATED`` reads it from here).
     measured_per_estimated: float = 3.0
 
     def __hash__(self) -> int:

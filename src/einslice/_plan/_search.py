@@ -210,7 +210,9 @@ ANNEAL_AFTER_TRIALS = round(ANNEAL_COST_PER_TENSOR / TRIAL_COST_PER_TENSOR)
 # plans ~3x (the trees of TRIAL_COST_PER_TENSOR's comment); graphical models'
 # "log" and "max" plans of small tables ~30x (the CPU profile counts 3e11
 # FLOP/s, they ran at ~1e10; DBN_16's log Z tree: 0.049 s estimated, 1.4 s).
-SUM_MEASURED_PER_ESTIMATED = 3.0
+# The "sum" figure is the CPU profile's own (``Profile.measured_per_estimated``,
+# which `rule_scale` compares other devices' with): one number, one place.
+SUM_MEASURED_PER_ESTIMATED = CPU_DEFAULT.measured_per_estimated
 MEASURED_PER_ESTIMATED = 30.0
 # Planning's bound (`planning_bound`): a default search stops once planning
 # has taken its best tree's run time, as measured here, plus this. DBN_16
